@@ -1,0 +1,114 @@
+"""Allure plumbing: run environment, simulated/real tags, and cluster state on failure.
+
+Why a plugin: tests assert, the report explains. An SRE reading the report
+the next morning needs to know what ran where (simulated kwok nodes or real
+hardware, versions, profile, run id) and, for a failure, the events and a
+cluster summary -- without anyone adding report code to a test body.
+Nothing here may mask a test result: report errors are swallowed and noted.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import allure
+import pytest
+from kubernetes import client
+
+from fixtures import toolchain
+from fixtures.stash import CLUSTER, PROFILE, RUN_ID
+
+RESULTS_DIR = Path(__file__).resolve().parent / "allure-results"
+
+
+def _cluster(item: pytest.Item):
+    return item.config.stash.get(CLUSTER, None)
+
+
+@pytest.fixture(autouse=True)
+def _allure_labels(request):
+    """Tag every test with what it ran on; a reader filters on these tags."""
+    if "cluster" in request.fixturenames:
+        c = request.getfixturevalue("cluster")
+        allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
+        allure.dynamic.tag(f"backend:{c.backend}")
+        allure.dynamic.parent_suite(f"{c.backend} / profile {c.profile.name}")
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when != "call" or not rep.failed:
+        return
+    c = _cluster(item)
+    if c is None:
+        return
+    try:
+        allure.attach(cluster_summary(c.api, c.profile.pool_label), "cluster summary",
+                      allure.attachment_type.TEXT)
+        ns = item.funcargs.get("namespace") if hasattr(item, "funcargs") else None
+        allure.attach(recent_events(c.api, ns), "events", allure.attachment_type.TEXT)
+    except Exception as e:  # the report must never hide the real failure
+        allure.attach(f"could not gather cluster state: {e}", "cluster state error",
+                      allure.attachment_type.TEXT)
+
+
+def cluster_summary(api: client.ApiClient, pool_label: str) -> str:
+    """Nodes per pool and readiness: a table, not 7,500 lines."""
+    core = client.CoreV1Api(api)
+    rows: Counter = Counter()
+    not_ready = []
+    for n in core.list_node(_request_timeout=120).items:
+        pool = (n.metadata.labels or {}).get(pool_label, "(no pool label)")
+        ready = any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        rows[(pool, ready)] += 1
+        if not ready and len(not_ready) < 50:
+            not_ready.append(n.metadata.name)
+    lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
+    for pool in sorted({p for p, _ in rows}):
+        lines.append(f"{pool:30} {rows[(pool, True)]:>7} {rows[(pool, False)]:>10}")
+    if not_ready:
+        lines.append("not ready (first 50): " + ", ".join(not_ready))
+    return "\n".join(lines)
+
+
+def recent_events(api: client.ApiClient, namespace: str | None, limit: int = 200) -> str:
+    core = client.CoreV1Api(api)
+    if namespace:
+        events = core.list_namespaced_event(namespace, _request_timeout=60).items
+    else:
+        events = core.list_event_for_all_namespaces(field_selector="type=Warning", limit=limit,
+                                                    _request_timeout=60).items
+    events.sort(key=lambda e: str(e.last_timestamp or e.event_time or ""))
+    return "\n".join(
+        f"{e.last_timestamp or e.event_time} {e.type:7} {e.reason:24} "
+        f"{e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+        for e in events[-limit:]) or "(no events)"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write Allure's environment.properties: versions, profile, hardware, run id."""
+    alluredir = session.config.getoption("allure_report_dir", None)
+    if not alluredir:
+        return
+    stash = session.config.stash
+    env = {"run.id": stash.get(RUN_ID, "?"),
+           "kubernetes.toolchain": toolchain.KUBERNETES_VERSION,
+           "kwok.toolchain": toolchain.KWOK_VERSION,
+           "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION}
+    profile = stash.get(PROFILE, None)
+    if profile is not None:
+        env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})
+    c = stash.get(CLUSTER, None)
+    if c is not None:
+        env.update(c.describe())
+    else:
+        env["hardware"] = "no cluster used"
+    path = Path(alluredir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "environment.properties").write_text(
+        "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    (path / "clusterproof-run.json").write_text(json.dumps(env, indent=2))

@@ -1,0 +1,149 @@
+"""The cluster is the size and shape the profile declares, and the API server
+kept its latency SLO while it got there.
+
+Every node of every pool must be registered and Ready, with the pool's GPU
+capacity, labels and taints (a team node without its team taint would let
+any pod onto a team's GPUs). Latency comes from the apiserver's own
+histograms, over the bring-up window on the embedded cluster and over the
+apiserver's lifetime on an existing one (the report says which).
+Negative control: tests/test_negative_controls.py breaks a cluster and
+proves these tests fail, naming the node at fault.
+"""
+from __future__ import annotations
+
+import allure
+import pytest
+from kubernetes.utils import parse_quantity
+
+from fixtures import apimetrics
+from fixtures.nodes import LIFECYCLE_TAINTS, is_ready, node_name
+from fixtures.profile import node_plan
+from fixtures.stash import PROFILE
+from fixtures.watch import list_raw
+
+SHOW = 10  # offenders named in a failure message; the rest are counted
+
+
+def pytest_generate_tests(metafunc):
+    if "pool" in metafunc.fixturenames:
+        plan = node_plan(metafunc.config.stash[PROFILE])
+        metafunc.parametrize("pool", [pytest.param(p, id=p.name) for p in plan])
+
+
+@pytest.fixture(scope="module")
+def nodes_by_pool(cluster, profile) -> dict[str, list[dict]]:
+    """Every node carrying the pool label, grouped by pool (one raw LIST)."""
+    items = list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": profile.pool_label},
+                     timeout=300)["items"]
+    out: dict[str, list[dict]] = {}
+    for n in items:
+        out.setdefault(n["metadata"]["labels"][profile.pool_label], []).append(n)
+    allure.attach("\n".join(f"{k:30} {len(v):>6}" for k, v in sorted(out.items())),
+                  "nodes per pool", allure.attachment_type.TEXT)
+    return out
+
+
+def _names(nodes: list[str]) -> str:
+    more = f" and {len(nodes) - SHOW} more" if len(nodes) > SHOW else ""
+    return ", ".join(sorted(nodes)[:SHOW]) + more
+
+
+@pytest.mark.smoke
+def test_every_planned_node_is_registered(pool, nodes_by_pool, profile):
+    present = {n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, [])}
+    if len(present) < pool.count:
+        expected = {node_name(profile, pool, i) for i in range(pool.count)}
+        missing = sorted(expected - present)
+        detail = (f"missing: {_names(missing)}" if present <= expected and missing
+                  else "nodes are not named by the profile's node_name_prefix")
+        pytest.fail(f"pool {pool.name}: {len(present)} of {pool.count} planned nodes are "
+                    f"registered; {detail}")
+    assert len(present) == pool.count, (
+        f"pool {pool.name}: {len(present)} nodes carry {profile.pool_label}={pool.name}, "
+        f"but the profile plans {pool.count}")
+
+
+@pytest.mark.smoke
+def test_every_node_is_ready(pool, nodes_by_pool):
+    not_ready = [n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, []) if not is_ready(n)]
+    assert not not_ready, (
+        f"pool {pool.name}: {len(not_ready)} node(s) not Ready or still carrying "
+        f"{'/'.join(t.rsplit('/', 1)[1] for t in LIFECYCLE_TAINTS)} taints: {_names(not_ready)}")
+
+
+def _shape_errors(node: dict, pool) -> list[str]:
+    errs = []
+    status = node.get("status", {})
+    for field in ("capacity", "allocatable"):
+        have = status.get(field) or {}
+        for res, want in pool.capacity.items():
+            got = have.get(res)
+            if got is None or parse_quantity(got) != parse_quantity(want):
+                errs.append(f"{field} {res}={got} (want {want})")
+    return errs
+
+
+@pytest.mark.smoke
+def test_every_node_has_its_pool_capacity(pool, nodes_by_pool):
+    bad = {}
+    for n in nodes_by_pool.get(pool.name, []):
+        errs = _shape_errors(n, pool)
+        if errs:
+            bad[n["metadata"]["name"]] = errs
+    assert not bad, f"pool {pool.name}: {len(bad)} node(s) misshaped: " + "; ".join(
+        f"{name}: {', '.join(errs)}" for name, errs in sorted(bad.items())[:SHOW])
+
+
+@pytest.mark.smoke
+def test_every_node_has_its_pool_labels_and_taints(pool, nodes_by_pool, profile):
+    managed = {profile.team_taint_key, profile.preflight_taint_key}
+    want_taints = {(t.key, t.value, t.effect) for t in pool.taints}
+    bad = {}
+    for n in nodes_by_pool.get(pool.name, []):
+        errs = []
+        labels = n["metadata"].get("labels") or {}
+        errs += [f"label {k}={labels.get(k)} (want {v})" for k, v in pool.labels.items()
+                 if labels.get(k) != v]
+        have = {(t["key"], t.get("value", ""), t["effect"])
+                for t in n.get("spec", {}).get("taints") or [] if t["key"] in managed}
+        errs += [f"missing taint {k}={v}:{e}" for k, v, e in sorted(want_taints - have)]
+        errs += [f"unexpected taint {k}={v}:{e}" for k, v, e in sorted(have - want_taints)]
+        if errs:
+            bad[n["metadata"]["name"]] = errs
+    assert not bad, f"pool {pool.name}: {len(bad)} node(s) with wrong labels/taints: " + "; ".join(
+        f"{name}: {', '.join(errs)}" for name, errs in sorted(bad.items())[:SHOW])
+
+
+@pytest.fixture(scope="module")
+def api_latency_window(cluster):
+    """Bucket deltas over bring-up (embedded), else the apiserver's lifetime so far."""
+    if cluster.bringup is not None:
+        window = "node bring-up"
+        hist = apimetrics.delta(apimetrics.histograms(cluster.bringup.metrics_after),
+                                apimetrics.histograms(cluster.bringup.metrics_before))
+    else:
+        window = "apiserver lifetime (existing cluster)"
+        hist = apimetrics.histograms(apimetrics.scrape(cluster.api))
+    return window, hist
+
+
+def _check_slo(window_hist, verbs, scopes, threshold, what):
+    window, hist = window_hist
+    lat = apimetrics.latencies(hist, verbs, scopes)
+    allure.attach("\n".join(map(str, lat)) or "(no calls)", f"{what} latency, {window}",
+                  allure.attachment_type.TEXT)
+    assert lat, f"no {what} calls were recorded by the apiserver during {window}"
+    slow = [x for x in lat if x.p99_s > threshold]
+    assert not slow, (f"{what} latency SLO (p99 <= {threshold:g} s) broken during {window}: "
+                      + "; ".join(map(str, slow)))
+
+
+@pytest.mark.smoke
+def test_mutating_api_calls_meet_the_latency_slo(api_latency_window, profile):
+    _check_slo(api_latency_window, apimetrics.MUTATING_VERBS, ("resource", "namespace", "cluster"),
+               profile.slo_mutating_p99_s, "single-object mutating")
+
+
+@pytest.mark.smoke
+def test_list_calls_meet_the_latency_slo(api_latency_window, profile):
+    _check_slo(api_latency_window, ("LIST",), None, profile.slo_list_p99_s, "LIST")

@@ -1,0 +1,76 @@
+"""Bad input ends the run before any test with one readable line and exit 4.
+
+Each case runs pytest as a user would; none of them needs a cluster, and none
+may print a traceback.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import yaml
+
+from tests.harness import run_pytest
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_cluster_scale.py"
+
+
+def _kubeconfig(tmp_path, server="https://127.0.0.1:1", contexts=("only",)):
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": contexts[0],
+           "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+           "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+           "contexts": [{"name": n, "context": {"cluster": "c", "user": "u"}} for n in contexts]}
+    p = tmp_path / "kubeconfig"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def _assert_one_line_error(run, expected: str):
+    assert run.returncode == 4, run.output[-2000:]
+    assert expected in run.output, run.output[-2000:]
+    assert "Traceback" not in run.output, run.output[-2000:]
+    assert "not-a-real-token" not in run.output
+
+
+CASES = [
+    pytest.param(lambda t: ["--kubeconfig", str(t / "nope")], "does not exist", id="missing-kubeconfig"),
+    pytest.param(lambda t: ["--kubeconfig", str(_garbage(t))], "cannot be parsed", id="malformed-kubeconfig"),
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t)), "--context", "other"],
+                 "context 'other' is not in", id="unknown-context"),
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t))],
+                 "cannot reach the API server at https://127.0.0.1:1", id="unreachable-server"),
+    pytest.param(lambda t: ["--profile", "nope"], "unknown profile 'nope'", id="unknown-profile"),
+    pytest.param(lambda t: ["--profile", str(_bad_profile(t))], "is not valid YAML", id="malformed-profile"),
+    pytest.param(lambda t: ["--set", "nodes=many"], "nodes must be int", id="bad-override"),
+    pytest.param(lambda t: ["--set", "teams=a,b,c,d", "--set", "nodes=2"], "would get no nodes",
+                 id="team-without-nodes"),
+]
+
+
+def _garbage(t):
+    p = t / "garbage"
+    p.write_text("{{{ this is : not : yaml")
+    return p
+
+
+def _bad_profile(t):
+    p = t / "bad.yaml"
+    p.write_text("nodes: [1,\n")
+    return p
+
+
+@pytest.mark.parametrize("args,expected", CASES)
+def test_bad_input_gives_one_readable_line(args, expected, tmp_path):
+    _assert_one_line_error(run_pytest([SUITE, *args(tmp_path)], tmp_path, timeout=120), expected)
+
+
+def test_missing_toolchain_gives_one_readable_line(tmp_path, monkeypatch):
+    """No cached binaries and no Go: the embedded cluster cannot be built."""
+    go_dir = os.path.dirname(shutil.which("go") or "/nonexistent/go")
+    monkeypatch.setenv("PATH", os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if d != go_dir and not os.path.exists(f"{d}/go")))
+    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "empty-cache"))
+    run = run_pytest([SUITE], tmp_path, timeout=120)
+    _assert_one_line_error(run, "Go is not installed")

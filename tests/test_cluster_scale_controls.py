@@ -1,0 +1,87 @@
+"""Negative control for suites/test_cluster_scale.py.
+
+A healthy embedded cluster first passes the suite through the existing-cluster
+backend (``--kubeconfig``); then one node is deleted, one team node loses its
+team taint and one node reports 4 GPUs instead of 8, and the same suite must
+fail on exactly those nodes, with messages that name them. The latency SLO
+checks are shown to fail too, with an impossible threshold.
+"""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from fixtures.nodes import node_bodies, node_name
+from fixtures.profile import node_plan
+from tests.harness import run_pytest
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_cluster_scale.py"
+
+
+def _pool(profile, name):
+    return next(p for p in node_plan(profile) if p.name == name)
+
+
+@pytest.fixture(scope="module")
+def victims(profile):
+    return {
+        "missing": node_name(profile, _pool(profile, "shared"), 3),
+        "untainted": node_name(profile, _pool(profile, f"team-{profile.teams[0]}"), 1),
+        "misshaped": node_name(profile, _pool(profile, f"team-{profile.teams[1]}"), 2),
+    }
+
+
+@pytest.fixture
+def broken_cluster(cluster, profile, run_id, victims):
+    """Break three nodes of the embedded cluster; put them back afterwards."""
+    core = cluster.core
+    original = {b["metadata"]["name"]: b for b in node_bodies(profile, run_id)}
+    core.delete_node(victims["missing"])
+    core.patch_node(victims["untainted"], {"spec": {"taints": []}})
+    gpus = {"nvidia.com/gpu": "4"}
+    core.patch_node_status(victims["misshaped"],
+                           {"status": {"capacity": gpus, "allocatable": gpus}})
+    yield cluster
+    core.create_node(original[victims["missing"]])
+    core.patch_node(victims["untainted"], {"spec": original[victims["untainted"]]["spec"]})
+    core.patch_node_status(victims["misshaped"], {"status": original[victims["misshaped"]]["status"]})
+
+
+def _args(cluster, profile, *extra):
+    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
+            *[f"--set={s}" for s in extra]]
+
+
+def test_scale_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
+    run = run_pytest(_args(cluster, profile), tmp_path)
+    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+
+
+def test_scale_suite_names_missing_untainted_and_misshaped_nodes(broken_cluster, profile, victims,
+                                                               tmp_path):
+    run = run_pytest(_args(broken_cluster, profile, "slo_mutating_p99_s=0.000001",
+                           "slo_list_p99_s=0.000001"), tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    team0, team1 = (f"team-{t}" for t in profile.teams[:2])
+
+    registered = run.failed("test_every_planned_node_is_registered")
+    assert list(registered) == ["test_every_planned_node_is_registered[shared]"], registered
+    assert f"missing: {victims['missing']}" in registered[
+        "test_every_planned_node_is_registered[shared]"]
+
+    taints = run.failed("test_every_node_has_its_pool_labels_and_taints")
+    assert list(taints) == [f"test_every_node_has_its_pool_labels_and_taints[{team0}]"], taints
+    msg = next(iter(taints.values()))
+    assert victims["untainted"] in msg
+    assert f"missing taint {profile.team_taint_key}={profile.teams[0]}:NoSchedule" in msg
+
+    shape = run.failed("test_every_node_has_its_pool_capacity")
+    assert list(shape) == [f"test_every_node_has_its_pool_capacity[{team1}]"], shape
+    msg = next(iter(shape.values()))
+    assert victims["misshaped"] in msg and "nvidia.com/gpu=4 (want 8)" in msg
+
+    for name in ("test_mutating_api_calls_meet_the_latency_slo", "test_list_calls_meet_the_latency_slo"):
+        assert "latency SLO (p99 <= 1e-06 s) broken" in run.failures.get(name, ""), run.output[-3000:]
+
+    assert not run.failed("test_every_node_is_ready"), run.failed("test_every_node_is_ready")
