@@ -1,0 +1,47 @@
+# clusterproof: the two commands (README) and a few helpers.
+#   make run    the suites against the embedded 7,500-node KWOK cluster (PROFILE=nightly)
+#   make test   self-tests + every suite on smoke + the 7,500-node bring-up check
+# Both set everything up first: a venv with pinned Python dependencies and the
+# control-plane binaries built from Go modules (cached in ~/.cache/clusterproof).
+
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PYTEST  := $(PY) -m pytest
+PROFILE ?= nightly
+ARGS    ?=
+RESULTS := reports/allure-results
+# Allure's own CLI (Allure 2, reads allure-pytest results), from the npm registry; needs Java.
+ALLURE  := npx --yes allure-commandline@2.46.1
+
+.PHONY: run test setup toolchain report bench clean-clusters
+
+run: setup
+	rm -rf $(RESULTS)
+	$(PYTEST) suites --profile $(PROFILE) $(ARGS)
+
+test: setup
+	rm -rf $(RESULTS)
+	$(PYTEST) tests --profile smoke
+	$(PYTEST) suites --profile smoke
+	$(PYTEST) suites/test_cluster_scale.py --profile nightly
+
+setup: $(VENV)/.installed toolchain
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+toolchain: $(VENV)/.installed
+	$(PY) -m fixtures.toolchain
+
+report:
+	$(ALLURE) generate $(RESULTS) --clean -o reports/html
+	@echo "open reports/html/index.html"
+
+bench: setup
+	$(PY) -m bench.bringup $(ARGS)
+
+clean-clusters: $(VENV)/.installed
+	$(PY) -m fixtures.kwok --sweep-all

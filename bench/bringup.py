@@ -1,0 +1,133 @@
+"""Benchmark (not a pass/fail test): bring the embedded cluster up at full size.
+
+Writes ``reports/bench/bringup.json``: time to all nodes Ready, peak RSS of
+each control-plane process during bring-up and idle, and the control plane's
+mean CPU over an idle window at full size. Targets (2-core machine): 7,500
+nodes Ready <= 60 s, idle control plane <= 1 core, apiserver RSS <= 4 GiB;
+the JSON records what was measured, whatever it is.
+
+    python -m bench.bringup [--profile nightly] [--set key=value ...] [--idle-seconds 120]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from fixtures import cluster as backends
+from fixtures import toolchain
+from fixtures.errors import HarnessError
+from fixtures.profile import load_profile
+from fixtures.run import new_run_id
+
+OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "bringup.json"
+COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
+
+
+class PeakRss(threading.Thread):
+    """Samples the RSS of the cluster's processes every 0.5 s (pids appear as kwokctl starts them)."""
+
+    def __init__(self, pid_dir: Path):
+        super().__init__(daemon=True)
+        self.pid_dir, self.peak, self.stop = pid_dir, {c: 0 for c in COMPONENTS}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            for c in COMPONENTS:
+                try:
+                    rss = psutil.Process(int((self.pid_dir / f"{c}.pid").read_text())).memory_info().rss
+                except (OSError, ValueError, psutil.Error):
+                    continue
+                self.peak[c] = max(self.peak[c], rss)
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for c, pid in pids.items():
+        t = psutil.Process(pid).cpu_times()
+        out[c] = t.user + t.system
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="nightly")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--idle-seconds", type=float, default=120.0)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        toolchain.ensure_all(progress=say)
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    run_id = new_run_id()
+    from fixtures.kwok import NAME_PREFIX, KwokCluster
+    sampler = PeakRss(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40).directory / "pids")
+    sampler.start()
+    c = None
+    try:
+        c = backends.start_embedded(profile, run_id, say)
+        pids = c.kwok.pids()
+        say(f"idle at full size for {args.idle_seconds:g} s")
+        cpu0, t0 = cpu_seconds(pids), time.monotonic()
+        time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
+        cpu1, elapsed = cpu_seconds(pids), time.monotonic() - t0
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    finally:
+        sampler.stop.set()
+        if c is not None:
+            backends.stop(c, keep=False, progress=say)
+    idle_cores = {k: (cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
+    lease_s = profile.node_lease_duration_s * profile.heartbeat_factor
+    b = c.bringup
+    result = {
+        "nodes": b.nodes,
+        "seconds_to_all_ready": round(b.seconds_to_all_ready, 1),
+        "seconds_create_all_nodes": round(b.seconds_create, 1),
+        "seconds_control_plane_start": round(b.seconds_cluster_start, 1),
+        "ready_means": "Ready=True and no node.kubernetes.io/not-ready taint (schedulable)",
+        "apiserver_peak_rss_bytes": sampler.peak["kube-apiserver"],
+        "etcd_peak_rss_bytes": sampler.peak["etcd"],
+        "kwok_peak_rss_bytes": sampler.peak["kwok-controller"],
+        "kube_controller_manager_peak_rss_bytes": sampler.peak["kube-controller-manager"],
+        "kube_scheduler_peak_rss_bytes": sampler.peak["kube-scheduler"],
+        "control_plane_cpu_cores_idle": round(sum(idle_cores.values()), 3),
+        "control_plane_cpu_cores_idle_by_component": {k: round(v, 3) for k, v in idle_cores.items()},
+        "idle_window_seconds": round(elapsed, 1),
+        "heartbeat": {
+            "heartbeat_factor": profile.heartbeat_factor,
+            "node_lease_duration_seconds": lease_s,
+            "lease_renew_interval_seconds": lease_s / 4,
+            "lease_writes_per_second": round(b.nodes / (lease_s / 4), 1),
+            "real_kubelet_lease_writes_per_second": round(b.nodes / 10, 1),
+            "kcm_node_monitor_grace_period_seconds": 40 * profile.heartbeat_factor,
+        },
+        "kcm_api_qps": profile.kcm_api_qps,
+        "versions": toolchain.versions(),
+        "profile": profile.name,
+        "overrides": args.overrides,
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+                    "python": platform.python_version()},
+        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
