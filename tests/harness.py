@@ -43,3 +43,13 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900) -> SuiteRu
             elif case.find("skipped") is None:
                 passed.append(name)
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, failures, passed)
+
+
+def allure_results(tmp_path: Path) -> dict[str, dict]:
+    """Allure result files of a run_pytest() call, by test name (with parameters)."""
+    import json
+    out = {}
+    for f in (tmp_path / "allure").glob("*-result.json"):
+        r = json.loads(f.read_text())
+        out[r["name"]] = r
+    return out

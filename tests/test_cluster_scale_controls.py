@@ -13,7 +13,7 @@ import pytest
 from fixtures.kube import raw_request
 from fixtures.nodes import node_bodies, node_name
 from fixtures.profile import node_plan
-from tests.harness import run_pytest
+from tests.harness import allure_results, run_pytest
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
@@ -85,3 +85,12 @@ def test_scale_suite_names_missing_untainted_and_misshaped_nodes(broken_cluster,
         assert "latency SLO (p99 <= 1e-06 s) broken" in run.failures.get(name, ""), run.output[-3000:]
 
     assert not run.failed("test_every_node_is_ready"), run.failed("test_every_node_is_ready")
+
+    # The report explains each failure: cluster summary and events are attached.
+    results = allure_results(tmp_path)
+    failed = results[f"test_every_node_has_its_pool_capacity[{team1}]"]
+    assert failed["status"] == "failed"
+    names = {a["name"] for a in failed.get("attachments", [])} | {
+        a["name"] for step in failed.get("steps", []) for a in step.get("attachments", [])}
+    assert {"cluster summary", "events"} <= names, names
+    assert "simulated" in {t["value"] for t in failed["labels"] if t["name"] == "tag"}
