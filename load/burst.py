@@ -1,0 +1,114 @@
+"""Burst shape: jobs of N whole-node GPU pods, created as fast as the client can.
+
+A large training job arrives as hundreds of pods at once, one per 8-GPU
+node; several jobs follow back to back. Pod ``i`` of job ``j`` belongs to
+worker ``k`` of ``W`` when ``(j * N + i) % W == k``, so locust's distributed
+mode (``--master --expect-workers W`` plus W ``--worker`` processes, or
+``--processes W``) splits one burst without two workers creating the same pod.
+Each worker's users pull from that worker's share in job order, and the
+worker quits when its share is done (the master stops when the last worker
+has quit).
+
+    locust -f load/burst.py --headless -u 32 -r 32 --host https://API:6443 \\
+        --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
+        --burst-jobs 2 --burst-job-size 18 --csv reports/burst
+
+Sizes come from the profile (``load.runner`` maps profile keys to these
+arguments); the same flags (or CLUSTERPROOF_BURST_* variables) work by hand.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+
+from locust import events, task
+from locust.exception import StopUser
+
+from load.kube_user import KubeApiUser, finish_runner
+
+RUN_LABEL = "clusterproof.io/run"      # same key as fixtures.run.RUN_LABEL (not imported: no kubernetes here)
+JOB_LABEL = "clusterproof.io/job"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"CLUSTERPROOF_BURST_{name.upper()}", default)
+
+
+@events.init_command_line_parser.add_listener
+def _burst_args(parser):
+    parser.add_argument("--burst-namespace", default=_env("namespace", ""), help="namespace of the pods")
+    parser.add_argument("--burst-run-id", default=_env("run_id", ""), help=f"value of label {RUN_LABEL}")
+    parser.add_argument("--burst-jobs", type=int, default=int(_env("jobs", "1")), help="jobs, back to back")
+    parser.add_argument("--burst-job-size", type=int, default=int(_env("job_size", "10")),
+                        help="pods per job (one per node)")
+    parser.add_argument("--burst-gpus", type=int, default=int(_env("gpus", "8")),
+                        help="nvidia.com/gpu per pod (a whole node)")
+    parser.add_argument("--burst-node-selector", default=_env("node_selector", ""),
+                        help="key=value the pods select (the untainted shared pool)")
+    parser.add_argument("--burst-job-prefix", default=_env("job_prefix", "burst"), help="job name prefix")
+
+
+def pod_body(opts, job: str, index: int) -> dict:
+    gpus = str(opts.burst_gpus)
+    spec = {
+        "containers": [{"name": "rank", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"nvidia.com/gpu": gpus},
+                                      "limits": {"nvidia.com/gpu": gpus}}}],
+        "restartPolicy": "Never",
+        # Pods are simulated; deleting them must not wait for a grace period.
+        "terminationGracePeriodSeconds": 0,
+    }
+    if opts.burst_node_selector:
+        key, _, value = opts.burst_node_selector.partition("=")
+        spec["nodeSelector"] = {key: value}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{job}-{index:05d}",
+                         "labels": {RUN_LABEL: opts.burst_run_id, JOB_LABEL: job}},
+            "spec": spec}
+
+
+class _Share:
+    """This worker's pods, in job order, and how many of its users are still working."""
+    queue: deque = deque()
+    active_users = 0
+
+
+@events.test_start.add_listener
+def _plan(environment, **_kw):
+    opts, runner = environment.parsed_options, environment.runner
+    if runner is None or type(runner).__name__ == "MasterRunner":
+        return  # the master only aggregates statistics
+    if not opts.burst_namespace or not opts.burst_run_id:
+        raise RuntimeError("--burst-namespace and --burst-run-id are required")
+    # Workers learn the worker count from the master's --expect-workers.
+    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if runner.worker_index >= 0 else 1
+    if type(runner).__name__ == "LocalRunner":
+        workers = 1
+    me = max(0, runner.worker_index)
+    _Share.queue = deque(
+        (f"{opts.burst_job_prefix}-{j}", i)
+        for j in range(opts.burst_jobs) for i in range(opts.burst_job_size)
+        if (j * opts.burst_job_size + i) % workers == me)
+    _Share.active_users = 0
+
+
+class BurstUser(KubeApiUser):
+    """Creates pods from this worker's share until it is empty, then stops."""
+
+    def on_start(self):
+        _Share.active_users += 1
+
+    @task
+    def create_next_pod(self):
+        if not _Share.queue:
+            self._finish()
+        job, i = _Share.queue.popleft()
+        opts = self.environment.parsed_options
+        self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
+                  pod_body(opts, job, i))
+
+    def _finish(self):
+        _Share.active_users -= 1
+        if _Share.active_users <= 0:
+            finish_runner(self.environment)
+        raise StopUser()

@@ -1,0 +1,61 @@
+"""A non-exempt identity for load: a ServiceAccount token from the TokenRequest API.
+
+Why: the embedded cluster's admin certificate is in ``system:masters``, which
+API Priority and Fairness exempts; load sent with it would never be queued or
+rejected, unlike a real user's. A ServiceAccount falls under the
+``service-accounts`` FlowSchema (priority level ``workload-low``), as a
+training-job launcher running in the cluster would.
+
+The token is written to a 0600 file in a private directory and only that
+path is passed around; it is never printed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+
+from fixtures.kube import raw_request
+from fixtures.run import metadata
+
+SERVICE_ACCOUNT = "clusterproof-load"
+
+
+@dataclass
+class LoadIdentity:
+    username: str        # system:serviceaccount:<ns>:<name>
+    token_file: Path
+    ca_file: str | None  # the API server's CA bundle from the kubeconfig, if any
+
+
+def create_load_identity(api: client.ApiClient, namespace: str, run_id: str, directory: Path,
+                         verbs_role: str = "edit", expiration_s: int = 3600) -> LoadIdentity:
+    """ServiceAccount + RoleBinding (to the built-in ``edit`` ClusterRole) in ``namespace``, and a token.
+
+    Everything lives in the run's namespace, so deleting it removes them.
+    """
+    ns_path = f"/api/v1/namespaces/{namespace}"
+    raw_request(api, "POST", f"{ns_path}/serviceaccounts",
+                body={"metadata": metadata(SERVICE_ACCOUNT, run_id)}).data
+    raw_request(api, "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+                body={"metadata": metadata(f"{SERVICE_ACCOUNT}-{verbs_role}", run_id),
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": verbs_role},
+                      "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                                    "namespace": namespace}]}).data
+    resp = json.loads(raw_request(api, "POST", f"{ns_path}/serviceaccounts/{SERVICE_ACCOUNT}/token",
+                                  body={"apiVersion": "authentication.k8s.io/v1",
+                                        "kind": "TokenRequest",
+                                        "spec": {"expirationSeconds": expiration_s}}).data)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, stat.S_IRWXU)
+    token_file = directory / "token"
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(resp["status"]["token"])
+    return LoadIdentity(f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}", token_file,
+                        api.configuration.ssl_ca_cert or None)
