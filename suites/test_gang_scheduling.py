@@ -1,0 +1,266 @@
+"""A training job's pods are bound all together or not at all.
+
+MPI ranks are useless unless every one of them starts, and a half-placed job
+holds GPUs that another job could use. Every check runs against each gang
+scheduler (test id ``[coscheduling]`` / ``[native]``):
+
+- coscheduling: the Coscheduling plugin (scheduler-plugins v0.34.7, PodGroup
+  CRD). On the embedded cluster the harness starts it as a second scheduler;
+  on an existing cluster ``gang_scheduler_name`` names the one it runs.
+- native: Kubernetes 1.35's alpha gang scheduling (Workload API,
+  ``spec.workloadRef``), if discovery shows it served; otherwise skipped with
+  the reason.
+
+Checks 1-3 use a few extra kwok nodes of their own (label and taint
+``clusterproof.io/gang-nodes``) so free capacity is exact; every pod is a
+whole-node GPU pod (``nvidia.com/gpu: 8``). Check 4 runs one gang over the
+profile's pools; its size is profile data (``gang_scale_size``: 50 on smoke,
+4,000 on nightly).
+Negative control: tests/test_gang_controls.py points the suite at the stock
+kube-scheduler (no gang plugin) and shows that it fails, naming the
+partially bound gang.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import allure
+import pytest
+
+from fixtures import gang as g
+from fixtures.errors import HarnessError
+from fixtures.profile import node_capacity
+from fixtures.waiting import WaitTimeout
+
+BACKENDS = [pytest.param("coscheduling", id="coscheduling"), pytest.param("native", id="native")]
+BENCH_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
+
+
+# --- fixtures: lifecycle only ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def coscheduling(cluster, profile, pytestconfig):
+    """The Coscheduling backend; on the embedded cluster, its CRD and scheduler.
+
+    With ``gang_scheduler_name`` empty the harness owns the scheduler: it
+    applies the CRDs from the scheduler-plugins module and starts the
+    plugin's kube-scheduler and PodGroup controller, stopping them (and
+    removing the CRDs) at the end, also after Ctrl-C. A non-empty name is used
+    as is; on the embedded cluster the CRD is still applied (the harness owns
+    that cluster), on an existing one it must already be installed.
+    """
+    from conftest import progress
+    say = progress(pytestconfig)
+    name = profile.gang_scheduler_name
+    backend = g.Backend("coscheduling", name or g.OWN_SCHEDULER, "", 0)
+    cos = None
+    try:
+        if cluster.kwok is not None:
+            cos = g.Coscheduling(cluster.api, cluster.kubeconfig, cluster.kwok.directory / "gang",
+                                 cluster.run_id, profile.gang_scheduler_qps,
+                                 profile.gang_scheduler_burst)
+            cos.apply_crds()
+            if not name:
+                say(f"starting Coscheduling (scheduler-plugins {g.toolchain.SCHEDULER_PLUGINS_VERSION}) "
+                    f"as second scheduler {g.OWN_SCHEDULER!r}")
+                cos.start()
+        elif not name:
+            raise HarnessError("gang_scheduler_name is empty: on an existing cluster set it to the "
+                               "schedulerName that runs Coscheduling (e.g. --set "
+                               "gang_scheduler_name=scheduler-plugins-scheduler)")
+        if not g.podgroup_crd_served(cluster.api):
+            raise HarnessError(f"the PodGroup CRD (podgroups.scheduling.x-k8s.io) is not installed on "
+                               f"{cluster.api.configuration.host}: install scheduler-plugins' "
+                               "manifests/coscheduling/crd.yaml, or run on the embedded cluster")
+        backend.description = (f"Coscheduling, scheduler-plugins {g.toolchain.SCHEDULER_PLUGINS_VERSION}, "
+                               f"started by the harness as {g.OWN_SCHEDULER!r}" if cos and not name
+                               else f"schedulerName {name!r} (not started by the harness)")
+        backend.hold_timeout_s = profile.gang_schedule_timeout_s
+    except (HarnessError, WaitTimeout) as e:
+        backend.description = f"unusable: {e}"
+        backend.error = str(e)
+    try:
+        yield backend
+    finally:
+        if cos is not None:
+            cos.stop()
+
+
+@pytest.fixture(scope="module")
+def backends(cluster, coscheduling, pytestconfig, profile):
+    from conftest import progress
+    native = g.native_backend(cluster.api, profile)
+    found = {"coscheduling": coscheduling, "native": native}
+    progress(pytestconfig)(g.progress_line(list(found.values())))
+    return found
+
+
+_probed: dict[str, str | None] = {}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, backends) -> g.Backend:
+    """The gang scheduler under test; the Allure report and the test id name it."""
+    b = backends[request.param]
+    allure.dynamic.tag(f"gang:{b.name}")
+    allure.dynamic.parameter("gang backend", b.description or b.name)
+    allure.dynamic.label("gang-backends", g.progress_line(list(backends.values())))
+    if b.error:
+        pytest.fail(f"clusterproof: {b.error}", pytrace=False)
+    if b.skip:
+        pytest.skip(b.skip)
+    return b
+
+
+@pytest.fixture
+def dedicated(cluster, profile, run_id, backend, namespace):
+    """``gang_nodes`` extra kwok nodes only this test's pods may use; deleted afterwards.
+
+    Also checks, once per backend, that a scheduler answers to its name
+    (a probe pod), so a scheduler that is not running fails in seconds with
+    one line instead of after every wait has run out.
+    """
+    if not cluster.simulated:
+        pytest.skip("exact-capacity gang checks need dedicated kwok nodes; on real hardware "
+                    "the harness does not create or relabel nodes")
+    tag = f"{run_id[-4:]}-{namespace[-4:]}"
+    names = []
+    try:
+        names = g.create_dedicated_nodes(cluster.api, run_id, tag, profile.gang_nodes,
+                                         profile.node_gpus, node_capacity(profile))
+        place = g.dedicated_placement(tag)
+        _probe(cluster, namespace, run_id, backend, place)
+        yield place
+    finally:
+        g.delete_dedicated_nodes(cluster.api, names)
+
+
+def _probe(cluster, namespace, run_id, backend, place):
+    if backend.name not in _probed:
+        try:
+            g.probe_scheduler(cluster.api, namespace, run_id, backend.scheduler_name, place, 30)
+            _probed[backend.name] = None
+        except HarnessError as e:
+            _probed[backend.name] = str(e)
+    if _probed[backend.name]:
+        pytest.fail(f"clusterproof: {_probed[backend.name]}", pytrace=False)
+
+
+# --- checks ---------------------------------------------------------------------
+
+@pytest.mark.smoke
+def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, namespace, run_id,
+                                                  profile):
+    api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
+    [fits] = g.create_gangs(api, backend, namespace, run_id, {"fits": n}, dedicated, gpus)
+    g.wait_gangs_settled(api, [fits], 1, profile.gang_bind_timeout_s,
+                         f"gang fits ({n} pods on {n} free nodes) bound completely")
+    g.delete_pods(api, namespace, fits.pods)
+
+    # One node taken by a plain pod: the next gang is one pod larger than the free nodes.
+    g.create_all(api, namespace, [g.pod_body("blocker", run_id, backend.scheduler_name, dedicated,
+                                             gpus)])
+    g.wait_pods_bound(api, namespace, ["blocker"], profile.gang_bind_timeout_s, "blocker pod bound")
+    [big] = g.create_gangs(api, backend, namespace, run_id, {"one-too-many": n}, dedicated, gpus)
+    bound = g.watch_nothing_binds(api, namespace, big.pods, profile.gang_observe_s)
+    state = g.GangState.read(api, [big])
+    assert not bound and not state.bound["one-too-many"], g.partial_message(
+        state, f"{n} pods on {n - 1} free nodes, watched for {profile.gang_observe_s:g} s")
+
+    g.delete_pods(api, namespace, ["blocker"])
+    g.wait_gangs_settled(api, [big], 1, profile.gang_bind_timeout_s,
+                         "gang one-too-many bound completely once a node was freed")
+
+
+@pytest.mark.smoke
+def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace, run_id, profile):
+    api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
+    size = 2
+    count = n // size + 1            # one gang more than fits
+    fit = n // size
+    names = {f"job-{chr(ord('a') + i)}": size for i in range(count)}
+    gangs = g.create_gangs(api, backend, namespace, run_id, names, dedicated, gpus)
+    state = g.wait_gangs_settled(
+        api, gangs, fit, profile.gang_bind_timeout_s,
+        f"{count} gangs of {size} created at once on {n} nodes: {fit} bound completely, the rest not at all")
+    bound = g.watch_nothing_binds(api, namespace, [p for x in gangs if x.name in state.empty()
+                                                   for p in x.pods], profile.gang_observe_s)
+    after = g.GangState.read(api, gangs)
+    assert not bound and not after.partial(), g.partial_message(
+        after, f"within {profile.gang_observe_s:g} s after the gangs settled")
+
+    # No capacity held by the waiting gang: a plain pod takes each node left over.
+    spare = [f"spare-{i}" for i in range(n - fit * size)]
+    g.create_all(api, namespace, [g.pod_body(s, run_id, backend.scheduler_name, dedicated, gpus)
+                                  for s in spare])
+    with g.explain_partial(api, gangs, "capacity held by a waiting gang"):
+        g.wait_pods_bound(api, namespace, spare, profile.gang_bind_timeout_s,
+                          f"plain pods on the {len(spare)} node(s) no complete gang uses "
+                          "(a gang holding nodes while it waits would keep them off)")
+
+    # A running gang finishes: the waiting one is admitted.
+    finished = next(x for x in gangs if x.name in state.complete())
+    g.delete_pods(api, namespace, finished.pods)
+    waiting = [x for x in gangs if x.name in state.empty()]
+    g.wait_gangs_settled(api, waiting, 1, profile.gang_bind_timeout_s,
+                         f"gang {waiting[0].name} admitted after gang {finished.name} finished")
+
+
+@pytest.mark.smoke
+def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile):
+    """A gang that cannot be completed holds nodes only until its schedule timeout.
+
+    Honest slack: after the timeout the scheduler must notice (it checks
+    waiting pods when the timer fires), unreserve, and retry the plain pods,
+    which sit in its unschedulable queue; 30 s covers its requeue/backoff.
+    """
+    api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
+    timeout_s = backend.hold_timeout_s
+    t0 = time.monotonic()
+    [held] = g.create_gangs(api, backend, namespace, run_id, {"never-complete": n}, dedicated, gpus,
+                            timeout_s=timeout_s, unsatisfiable=1)
+    plain = [f"plain-{i}" for i in range(n)]
+    g.create_all(api, namespace, [g.pod_body(p, run_id, backend.scheduler_name, dedicated, gpus,
+                                             {"clusterproof.io/plain": "true"}) for p in plain])
+    with g.explain_partial(api, [held], "the held nodes were not released"):
+        nodes = g.wait_pods_bound(api, namespace, plain, timeout_s + 30,
+                                  f"plain pods bound on the nodes gang never-complete held "
+                                  f"(schedule timeout {timeout_s:g} s + 30 s slack)")
+    took = time.monotonic() - t0
+    state = g.GangState.read(api, [held])
+    allure.attach(json.dumps({"schedule_timeout_s": timeout_s, "plain_pods_bound_after_s": round(took, 1),
+                              "nodes": nodes}, indent=2), "timeout release", allure.attachment_type.JSON)
+    assert not state.bound["never-complete"], g.partial_message(state, "after the schedule timeout")
+
+
+@pytest.mark.smoke
+def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile):
+    """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight.
+
+    Admission latency (last pod created -> all bound) is the figure; it is
+    reported, not asserted (the bound is ``gang_scale_timeout_s``).
+    """
+    api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
+    usable = g.usable_nodes(api, profile.pool_label, ("preflight",), gpus)
+    if size > usable:
+        pytest.fail(f"clusterproof: gang_scale_size={size} is larger than the {usable} free nodes "
+                    f"a whole-node gang can use (shared and team pools): lower gang_scale_size or "
+                    f"raise nodes", pytrace=False)
+    place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists",
+                              "effect": "NoSchedule"},))
+    _probe(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
+    [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,
+                           timeout_s=profile.gang_scale_timeout_s)
+    all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s)
+    latency = all_bound_at - big.created_last_at
+    state = g.GangState.read(api, [big])
+    figure = {"backend": backend.name, "scheduler": backend.scheduler_name, "profile": profile.name,
+              "nodes": profile.nodes, "gang_size": size, "usable_nodes": usable,
+              "admission_latency_s": round(latency, 2),
+              "note": "last pod create returned -> last bind seen on the harness' pod watch"}
+    allure.attach(json.dumps(figure, indent=2), "gang admission latency", allure.attachment_type.JSON)
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    (BENCH_DIR / f"gang-{backend.name}-{profile.name}.json").write_text(json.dumps(figure, indent=2))
+    assert len(state.complete()) == 1
