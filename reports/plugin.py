@@ -103,11 +103,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if profile is not None:
         env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})
     c = stash.get(CLUSTER, None)
-    if c is not None:
-        env.update(c.describe())
-    else:
-        env["hardware"] = "no cluster used"
     path = Path(alluredir)
+    if c is None:
+        if (path / "environment.properties").exists():
+            return  # a run without a cluster must not hide the one that had one
+        env["hardware"] = "no cluster used"
+    else:
+        env.update(c.describe())
     path.mkdir(parents=True, exist_ok=True)
     (path / "environment.properties").write_text(
         "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
