@@ -74,3 +74,13 @@ def test_missing_toolchain_gives_one_readable_line(tmp_path, monkeypatch):
     monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "empty-cache"))
     run = run_pytest([SUITE], tmp_path, timeout=120)
     _assert_one_line_error(run, "Go is not installed")
+
+
+def test_unbuildable_toolchain_gives_one_readable_line(tmp_path, monkeypatch):
+    """Go is there but cannot fetch modules (no proxy): the build error names its log."""
+    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "empty-modcache"))
+    monkeypatch.setenv("GOPROXY", "off")
+    run = run_pytest([SUITE], tmp_path, timeout=120)
+    _assert_one_line_error(run, "building kwok v0.8.0 failed")
+    assert "full log:" in run.output
