@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from gevent.event import Event
+
 from locust import events, task
 from locust.exception import StopUser
 
@@ -68,9 +70,19 @@ def pod_body(opts, job: str, index: int) -> dict:
 
 
 class _Share:
-    """This worker's pods, in job order, and how many of its users are still working."""
+    """This worker's pods, in job order, how many of its users are still working,
+    and the start signal (set once every user of the run is spawned and connected)."""
     queue: deque = deque()
     active_users = 0
+    go = Event()
+
+
+@events.spawning_complete.add_listener
+def _go(**_kw):
+    # Fired when every user of the run has been spawned (on workers: when the
+    # master says so). Until then users only open their connections, so the
+    # burst starts at once and TLS handshakes are not counted as create latency.
+    _Share.go.set()
 
 
 @events.test_start.add_listener
@@ -90,6 +102,7 @@ def _plan(environment, **_kw):
         for j in range(opts.burst_jobs) for i in range(opts.burst_job_size)
         if (j * opts.burst_job_size + i) % workers == me)
     _Share.active_users = 0
+    _Share.go = Event()
 
 
 class BurstUser(KubeApiUser):
@@ -97,6 +110,10 @@ class BurstUser(KubeApiUser):
 
     def on_start(self):
         _Share.active_users += 1
+        # Open (and authenticate) this user's connection before the burst.
+        opts = self.environment.parsed_options
+        self.call("GET", f"/api/v1/namespaces/{opts.burst_namespace}/pods?limit=1", "list pods")
+        _Share.go.wait(timeout=60)
 
     @task
     def create_next_pod(self):
