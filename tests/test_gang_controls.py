@@ -1,0 +1,102 @@
+"""Negative control and bad input for suites/test_gang_scheduling.py.
+
+The suite runs as a user would run it (a subprocess, ``--kubeconfig`` on this
+session's embedded cluster), pointed at:
+
+- the stock kube-scheduler (``gang_scheduler_name=default-scheduler``, no
+  gang plugin): every exactness check must fail, naming the partially bound
+  gang;
+- a cluster without the PodGroup CRD, a scheduler name nobody answers to, a
+  gang larger than the cluster: one clear line each, no hang.
+
+After every run, no pod, PodGroup or Workload of that run may be left.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fixtures import gang as g
+from fixtures.waiting import wait_for
+from tests.harness import allure_results, run_pytest
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_gang_scheduling.py"
+EXACTNESS = {
+    "test_gang_is_bound_all_together_or_not_at_all[coscheduling]": "gang one-too-many is partially bound",
+    "test_competing_gangs_do_not_deadlock[coscheduling]": "is partially bound",
+    "test_gang_timeout_releases_held_nodes[coscheduling]": "gang never-complete is partially bound",
+}
+
+
+def _run(cluster, profile, tmp_path, *sets, select="coscheduling", timeout=900):
+    run_id = f"gangctl-{os.urandom(2).hex()}"
+    args = [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
+            "--run-id", run_id, "-k", select, "--set=gang_native=false",
+            *[f"--set={s}" for s in sets]]
+    return run_id, run_pytest(args, tmp_path, timeout=timeout)
+
+
+def _assert_nothing_left(cluster, run_id):
+    # Namespaces are deleted in the background: give the namespace controller a bound.
+    wait_for(lambda: g.leftovers(cluster.api, run_id), until=lambda left: not any(left.values()),
+             timeout=180, interval=1, what=f"no pod, PodGroup or Workload of run {run_id} left")
+
+
+@pytest.fixture
+def podgroup_crd(cluster, run_id, tmp_path):
+    """The PodGroup CRD on this session's cluster (as the suite applies it), removed afterwards."""
+    cos = g.Coscheduling(cluster.api, cluster.kubeconfig, tmp_path, run_id, 50, 100)
+    try:
+        cos.apply_crds()
+        yield
+    finally:
+        cos.stop()
+
+
+def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, tmp_path):
+    run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=clusterproof-coscheduling",
+                       select="coscheduling and not large", timeout=300)
+    assert run.returncode == 1, run.output[-3000:]
+    assert set(run.failures) == set(EXACTNESS), run.output[-3000:]
+    for msg in run.failures.values():
+        assert "the PodGroup CRD (podgroups.scheduling.x-k8s.io) is not installed" in msg, msg
+        assert "Traceback" not in msg
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_stock_scheduler_fails_naming_the_partially_bound_gang(cluster, profile, podgroup_crd,
+                                                               tmp_path):
+    run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=default-scheduler",
+                       "gang_bind_timeout_s=20", "gang_observe_s=10",
+                       select="coscheduling and not large")
+    assert run.returncode == 1, run.output[-3000:]
+    assert set(run.failures) == set(EXACTNESS), run.output[-3000:]
+    for test, expected in EXACTNESS.items():
+        assert expected in run.failures[test], run.failures[test]
+    # The report says which scheduler the checks ran against.
+    res = allure_results(tmp_path)
+    failed = res["test_gang_is_bound_all_together_or_not_at_all[coscheduling]"]
+    assert "gang:coscheduling" in {t["value"] for t in failed["labels"] if t["name"] == "tag"}
+    assert any("default-scheduler" in p["value"] for p in failed.get("parameters", [])), failed
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_scheduler_that_is_not_running_fails_fast(cluster, profile, podgroup_crd, tmp_path):
+    run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=clusterproof-nobody",
+                       timeout=300)
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failures) == 4, run.output[-3000:]
+    for msg in run.failures.values():
+        assert "no scheduler named 'clusterproof-nobody' is running" in msg, msg
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_gang_larger_than_the_cluster_is_one_clear_line(cluster, profile, podgroup_crd, tmp_path):
+    run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=default-scheduler",
+                       "gang_scale_size=100000", select="large and coscheduling", timeout=300)
+    assert run.returncode == 1, run.output[-3000:]
+    [msg] = run.failures.values()
+    assert "gang_scale_size=100000 is larger than the" in msg, msg
+    _assert_nothing_left(cluster, run_id)
