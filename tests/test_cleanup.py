@@ -16,13 +16,15 @@ import pytest
 
 from fixtures.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
 from fixtures.waiting import wait_for
-from tests.harness import ROOT
+from fixtures.run import OWNER_PID, metadata
+from tests.harness import ROOT, run_pytest
 
 pytestmark = pytest.mark.selftest
+SUITE = "suites/test_cluster_scale.py"
 
 
 def _start_run(run_id: str, tmp_path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "suites/test_cluster_scale.py", "--profile", "smoke",
+    cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke",
            "--set", "nodes=20", "--set", "teams=a", "--run-id", run_id, "-q",
            f"--alluredir={tmp_path / 'allure'}"]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -80,3 +82,27 @@ def test_killed_run_is_swept_by_the_next_run(tmp_path):
         if proc.poll() is None:
             proc.kill()
         kc.delete()
+
+
+def test_existing_cluster_run_sweeps_namespaces_of_dead_runs(cluster, tmp_path):
+    """A namespace left by a killed run (owner pid dead on this host) is removed by
+    the next run against that cluster; a live run's namespace is left alone."""
+    dead = metadata(f"cp-dead-{os.urandom(2).hex()}", "dead-run")
+    dead["annotations"][OWNER_PID] = "999999999"
+    live = metadata(f"cp-live-{os.urandom(2).hex()}", "live-run")  # owner: this process
+    for meta in (dead, live):
+        cluster.core.create_namespace({"metadata": meta})
+    try:
+        run = run_pytest([SUITE, "--kubeconfig", str(cluster.kubeconfig),
+                          "-k", "registered and shared"], tmp_path)
+        assert f"swept 1 namespace(s) left by earlier runs: {dead['name']}" in run.output, run.output[-2000:]
+        ns = {n.metadata.name: n.status.phase for n in cluster.core.list_namespace().items}
+        assert ns.get(dead["name"], "Terminating") == "Terminating"
+        assert ns.get(live["name"]) == "Active"
+    finally:
+        for meta in (dead, live):
+            try:
+                cluster.core.delete_namespace(meta["name"])
+            except Exception:
+                pass
+
