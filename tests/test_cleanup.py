@@ -23,21 +23,31 @@ pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
 
 
-def _start_run(run_id: str, tmp_path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke",
-           "--set", "nodes=20", "--set", "teams=a", "--run-id", run_id, "-q",
+@pytest.fixture
+def running_run(tmp_path):
+    """A suite run in a subprocess whose embedded cluster is up: (cluster, process, pids).
+
+    Whatever the test does to the run, the process and cluster are gone afterwards.
+    """
+    run_id = f"cleanup-{os.urandom(2).hex()}"
+    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
+    cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q",
            f"--alluredir={tmp_path / 'allure'}"]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
-
-def _wait_until_cluster_is_up(kc: KwokCluster, proc: subprocess.Popen) -> dict[str, int]:
     def pids():
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
         p = kc.pids()
         return p if len(p) == 5 and kc.kubeconfig.exists() else None
-    return wait_for(pids, timeout=180, interval=0.5, what=f"cluster {kc.name} running 5 components")
+    try:
+        yield kc, proc, wait_for(pids, timeout=180, interval=0.5,
+                                 what=f"cluster {kc.name} running 5 components")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kc.delete()
 
 
 def _alive(pids: dict[str, int]) -> list[str]:
@@ -47,41 +57,24 @@ def _alive(pids: dict[str, int]) -> list[str]:
 
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, id="ctrl-c"),
                                  pytest.param(signal.SIGTERM, id="sigterm")])
-def test_interrupted_run_leaves_no_cluster_and_no_process(sig, tmp_path):
-    run_id = f"cleanup-{os.urandom(2).hex()}"
-    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
-    proc = _start_run(run_id, tmp_path)
-    try:
-        pids = _wait_until_cluster_is_up(kc, proc)
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=180)
-        assert not kc.directory.exists(), f"{kc.directory} left behind:\n{out[-2000:]}"
-        wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,
-                 what="every control-plane process gone after the interrupt")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kc.delete()
+def test_interrupted_run_leaves_no_cluster_and_no_process(sig, running_run):
+    kc, proc, pids = running_run
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=180)
+    assert not kc.directory.exists(), f"{kc.directory} left behind:\n{out[-2000:]}"
+    wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,
+             what="every control-plane process gone after the interrupt")
 
 
-def test_killed_run_is_swept_by_the_next_run(tmp_path):
-    run_id = f"cleanup-{os.urandom(2).hex()}"
-    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
-    proc = _start_run(run_id, tmp_path)
-    try:
-        pids = _wait_until_cluster_is_up(kc, proc)
-        proc.kill()  # SIGKILL: no teardown can run
-        proc.wait(timeout=30)
-        assert kc.directory.exists() and _alive(pids), "SIGKILL should have left the cluster running"
-        swept = sweep_clusters(max_age_hours=6)
-        assert kc.name in swept
-        assert not kc.directory.exists()
-        wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,
-                 what="every control-plane process of the killed run gone after the sweep")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kc.delete()
+def test_killed_run_is_swept_by_the_next_run(running_run):
+    kc, proc, pids = running_run
+    proc.kill()  # SIGKILL: no teardown can run
+    proc.wait(timeout=30)
+    assert kc.directory.exists() and _alive(pids), "SIGKILL should have left the cluster running"
+    assert kc.name in sweep_clusters(max_age_hours=6)
+    assert not kc.directory.exists()
+    wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,
+             what="every control-plane process of the killed run gone after the sweep")
 
 
 def test_existing_cluster_run_sweeps_namespaces_of_dead_runs(cluster, tmp_path):
