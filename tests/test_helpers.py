@@ -29,7 +29,9 @@ def test_node_plan_adds_up_to_the_profile_node_count(name, nodes):
 
 
 def test_overrides_are_typed_and_unknown_keys_rejected():
-    assert load_profile("smoke", ["nodes=7", "teams=a"]).nodes == 7
+    small = ["nodes=7", "teams=a", "burst_jobs=1", "burst_job_size=1", "burst_users=1",
+             "burst_locust_processes=1"]
+    assert load_profile("smoke", small).nodes == 7
     with pytest.raises(HarnessError, match="unknown key 'node'"):
         load_profile("smoke", ["node=7"])
     with pytest.raises(HarnessError, match="team_fraction must be between 0 and 1"):
