@@ -1,0 +1,177 @@
+"""Negative controls and bad input for suites/test_burst_pod_creation.py.
+
+The suite runs as a user would run it (a pytest subprocess, ``--kubeconfig``
+to the session's embedded cluster). First it passes on the healthy cluster;
+then the kube-scheduler is stopped (pods are never bound: the suite must end
+within its stall bound and say that the scheduler is not running), and then
+throttled to 1 API call/s (pods start, but far outside the startup SLO).
+After every run no pod of that run may be left. Bad profile values end the
+run before any test with one line.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixtures.run import RUN_LABEL, new_run_id
+from fixtures.waiting import wait_for
+from fixtures.watch import list_raw
+from tests.harness import run_pytest
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_burst_pod_creation.py"
+JOBS = ("burst-0", "burst-1")  # the smoke profile's two jobs
+
+
+def _pid_alive(pid: int) -> bool:
+    """Running and not a zombie (a scheduler this test started is its child until reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class SchedulerProcess:
+    """Stop and restart the embedded cluster's kube-scheduler with the same command line.
+
+    kwokctl has no per-component restart, so this kills the process recorded
+    in the cluster's pid file and starts the recorded argv again (optionally
+    with another --config), logging to the same file and updating the pid file.
+    """
+
+    def __init__(self, kwok):
+        self.pid_file = kwok.directory / "pids" / "kube-scheduler.pid"
+        self.log = kwok.directory / "logs" / "kube-scheduler.log"
+        self.directory = kwok.directory
+        self.child: subprocess.Popen | None = None
+        self.argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+
+    @property
+    def pid(self) -> int:
+        return int(self.pid_file.read_text().strip())
+
+    def stop(self) -> None:
+        pid = self.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not _pid_alive(pid), timeout=30, interval=0.2, what=f"kube-scheduler {pid} gone")
+        if self.child is not None and self.child.pid == pid:
+            self.child.wait(timeout=10)
+
+    def start(self, config: Path | None = None) -> None:
+        argv = [a.decode() for a in self.argv]
+        if config is not None:
+            argv = [f"--config={config}" if a.startswith("--config=") else a for a in argv]
+        with open(self.log, "ab") as log:
+            self.child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
+                                    start_new_session=True)
+        self.pid_file.write_text(str(self.child.pid))
+
+    def throttled_config(self, qps: float, burst: int) -> Path:
+        current = next(a.decode().split("=", 1)[1] for a in self.argv if a.startswith(b"--config="))
+        doc = yaml.safe_load(Path(current).read_text())
+        doc.setdefault("clientConnection", {}).update({"qps": qps, "burst": burst})
+        path = self.directory / "clusterproof-scheduler-throttled.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+
+def _wait_scheduler_leads(cluster, since: float) -> None:
+    """The (re)started scheduler holds the leader lease (after the killed one's expires)."""
+    import datetime as dt
+
+    def renewed():
+        spec = list_raw(cluster.api, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"
+                        "kube-scheduler").get("spec", {})
+        t = dt.datetime.strptime(spec.get("renewTime", "1970-01-01T00:00:00").split(".")[0].rstrip("Z"),
+                                 "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+        return t >= since
+    wait_for(renewed, timeout=90, interval=1, what="restarted kube-scheduler holds its leader lease")
+
+
+@pytest.fixture
+def scheduler(cluster):
+    if cluster.kwok is None:
+        pytest.skip("needs the embedded cluster: it stops and restarts kube-scheduler")
+    s = SchedulerProcess(cluster.kwok)
+    yield s
+    # Whatever the test did, the cluster gets its own scheduler back.
+    if not _pid_alive(s.pid) or Path(f"/proc/{s.pid}/cmdline").read_bytes() != b"\0".join(s.argv) + b"\0":
+        if _pid_alive(s.pid):
+            s.stop()
+        t = time.time() - 1
+        s.start()
+        _wait_scheduler_leads(cluster, t)
+
+
+def _run(cluster, profile, tmp_path, *sets):
+    run_id = new_run_id().replace("-", "")[-12:] + "b"
+    run = run_pytest([SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
+                      "--run-id", run_id, *[f"--set={s}" for s in sets]], tmp_path, timeout=600)
+    return run, run_id
+
+
+def _assert_nothing_left(cluster, run_id):
+    pods = list_raw(cluster.api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]
+    assert not pods, f"{len(pods)} pods of run {run_id} left behind: {[p['metadata']['name'] for p in pods][:5]}"
+
+
+def test_burst_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
+    run, run_id = _run(cluster, profile, tmp_path)
+    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_burst_suite_fails_fast_when_the_scheduler_is_stopped(cluster, profile, scheduler, tmp_path):
+    scheduler.stop()
+    t0 = time.monotonic()
+    run, run_id = _run(cluster, profile, tmp_path, "burst_stall_timeout_s=15")
+    elapsed = time.monotonic() - t0
+    assert run.returncode == 1, run.output[-3000:]
+    # Bounded by the stall timeout, not by burst_timeout_s (600 s).
+    assert elapsed < 240, f"the suite took {elapsed:.0f} s to notice that nothing is bound"
+    for job in JOBS:
+        msg = run.failures.get(f"test_every_job_is_bound_completely[{job}]", "")
+        assert f"job {job}: 0 of" in msg and "no progress for 15 s" in msg, run.output[-3000:]
+        assert "is the scheduler running?" in msg, msg
+    assert "never Running" in run.failures.get("test_pod_startup_latency_meets_the_slo", ""), run.output[-3000:]
+    # Creating pods does not need a scheduler: those checks still pass.
+    assert {"test_every_pod_of_the_burst_is_created",
+            "test_pod_creates_meet_the_mutating_call_slo"} <= set(run.passed), run.output[-3000:]
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_burst_suite_catches_a_throttled_scheduler(cluster, profile, scheduler, tmp_path):
+    config = scheduler.throttled_config(qps=1, burst=1)
+    scheduler.stop()
+    t = time.time() - 1
+    scheduler.start(config)
+    _wait_scheduler_leads(cluster, t)
+    run, run_id = _run(cluster, profile, tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get("test_pod_startup_latency_meets_the_slo", "")
+    assert f"pod startup latency SLO (p99 <= {profile.slo_pod_startup_p99_s:g} s) broken" in msg, \
+        run.output[-3000:]
+    # Slow is not broken: every job is still bound completely.
+    assert all(f"test_every_job_is_bound_completely[{j}]" in run.passed for j in JOBS), run.output[-3000:]
+    _assert_nothing_left(cluster, run_id)
+
+
+BAD = [
+    pytest.param(["burst_job_size=500"], "is larger than the 38 nodes of the shared pool", id="burst-larger-than-cluster"),
+    pytest.param(["burst_jobs=0"], "burst_jobs must be >= 1, got 0", id="no-jobs"),
+    pytest.param(["slo_pod_startup_p99_s=0"], "slo_pod_startup_p99_s must be > 0", id="impossible-slo"),
+    pytest.param(["burst_users=1", "burst_locust_processes=2"], "every locust worker needs a user",
+                 id="more-workers-than-users"),
+]
+
+
+@pytest.mark.parametrize("sets,expected", BAD)
+def test_bad_burst_profile_gives_one_readable_line(sets, expected, tmp_path):
+    run = run_pytest([SUITE, "--profile", "smoke", *[f"--set={s}" for s in sets]], tmp_path, timeout=120)
+    assert run.returncode == 4 and expected in run.output and "Traceback" not in run.output, run.output[-2000:]
