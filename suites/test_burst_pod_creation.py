@@ -15,24 +15,19 @@ kube-scheduler and shows these tests fail, naming the cause.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
 
 import allure
 import pytest
 from kubernetes import client
 
-from fixtures.podtimeline import PodTimeline, dump, job_times, percentile, scheduling_throughput
-from fixtures.run import RUN_LABEL, metadata
+from fixtures.burst import Burst, delete_burst_pods, run_burst, schedulable_shared_nodes
+from fixtures.podtimeline import dump, percentile
+from fixtures.run import metadata
 from fixtures.stash import PROFILE
-from fixtures.waiting import WaitTimeout, wait_for
-from fixtures.watch import list_raw
-from load.burst_plan import burst_args, job_names, pods_planned
-from load.identity import create_load_identity
-from load.runner import LocustResult, run_locust
+from load.burst_plan import job_names, pods_planned
 from reports.pngplot import scatter
 
 SHOW = 10
@@ -44,15 +39,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("job", [pytest.param(j, id=j) for j in job_names(profile)])
 
 
-@dataclass
-class Burst:
-    planned: int
-    locust: LocustResult
-    pods: list                     # fixtures.podtimeline.PodTimes
-    incomplete: str | None         # why the wait for all pods Running ended early, if it did
-    figures: dict
-
-
 @pytest.fixture(scope="module")
 def burst_namespace(cluster, run_id):
     """One namespace for the whole burst (every test reads the same burst); pods deleted first."""
@@ -61,95 +47,27 @@ def burst_namespace(cluster, run_id):
     yield name
     # Delete the pods explicitly and wait: "nothing left behind" must hold
     # when the run ends, not whenever the namespace controller gets to it.
-    core = cluster.core
     try:
-        core.delete_collection_namespaced_pod(name, label_selector=f"{RUN_LABEL}={run_id}",
-                                              grace_period_seconds=0)
-        wait_for(lambda: len(list_raw(cluster.api, f"/api/v1/namespaces/{name}/pods",
-                                      {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]),
-                 until=lambda n: n == 0, timeout=120, interval=1, what=f"burst pods in {name} deleted")
+        delete_burst_pods(cluster.api, name, run_id)
     finally:
         try:
-            core.delete_namespace(name, propagation_policy="Background")
+            cluster.core.delete_namespace(name, propagation_policy="Background")
         except client.ApiException as e:
             if e.status != 404:
                 raise
 
 
-def _schedulable_shared_nodes(cluster, profile) -> int:
-    nodes = list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": f"{profile.pool_label}=shared"},
-                     timeout=300)["items"]
-    return sum(1 for n in nodes if not n.get("spec", {}).get("unschedulable"))
-
-
-def scheduler_state(api) -> str:
-    """What the kube-scheduler's leader lease says (a stopped scheduler stops renewing it)."""
-    try:
-        lease = list_raw(api, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler")
-    except client.ApiException as e:
-        if e.status == 404:
-            return "there is no kube-scheduler leader lease in kube-system: is a scheduler running?"
-        return f"cannot read the kube-scheduler lease ({e.status})"
-    renew = lease.get("spec", {}).get("renewTime")
-    if not renew:
-        return "the kube-scheduler lease has never been renewed: is the scheduler running?"
-    t = dt.datetime.strptime(renew.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
-    age = (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
-    duration = lease["spec"].get("leaseDurationSeconds", 15)
-    verdict = ("is the scheduler running?" if age > duration
-               else "the scheduler is alive; check its client QPS and the pods' events")
-    return f"kube-scheduler lease last renewed {age:.0f} s ago (duration {duration} s): {verdict}"
-
-
 @pytest.fixture(scope="module")
 def burst(cluster, profile, run_id, burst_namespace, tmp_path_factory) -> Burst:
     planned = pods_planned(profile)
-    free = _schedulable_shared_nodes(cluster, profile)
+    free = schedulable_shared_nodes(cluster.api, profile)
     if planned > free:
         pytest.fail(f"the burst ({profile.burst_jobs} jobs x {profile.burst_job_size} whole-node pods = "
                     f"{planned}) is larger than the {free} schedulable nodes labelled "
                     f"{profile.pool_label}=shared: lower burst_jobs/burst_job_size", pytrace=False)
-    work = tmp_path_factory.mktemp("burst")
-    ident = create_load_identity(cluster.api, burst_namespace, run_id, work / "identity")
-    timeline = PodTimeline(cluster.api, burst_namespace, f"{RUN_LABEL}={run_id}").start()
-    incomplete = None
-    try:
-        result = run_locust("load/burst.py", cluster.api.configuration.host, profile.burst_users,
-                            burst_args(profile, burst_namespace, run_id, ident), work / "locust",
-                            timeout_s=profile.burst_timeout_s, processes=profile.burst_locust_processes)
-        try:
-            timeline.wait_running(planned, timeout=profile.burst_timeout_s,
-                                  stall_timeout=profile.burst_stall_timeout_s)
-        except WaitTimeout as e:
-            incomplete = f"{e}; {scheduler_state(cluster.api)}"
-    finally:
-        timeline.stop()
-    pods = timeline.snapshot()
-    figures = burst_figures(profile, result, pods)
-    _attach(profile, result, pods, figures)
-    return Burst(planned, result, pods, incomplete, figures)
-
-
-def burst_figures(profile, result: LocustResult, pods) -> dict:
-    """The measurements of one burst (also what bench/burst.py writes)."""
-    create = result.stats.get("create pod")
-    startup = [p.startup_s for p in pods if p.startup_s is not None]
-    return {
-        "pods_planned": pods_planned(profile), "pods_seen": len(pods),
-        "pods_bound": sum(p.bound is not None for p in pods),
-        "pods_running": len(startup),
-        "create_requests": create.requests if create else 0,
-        "create_failures": create.failures if create else 0,
-        "create_qps": round(create.rps, 1) if create else 0.0,
-        "create_latency_p50_s": create.p50_s if create else None,
-        "create_latency_p99_s": create.p99_s if create else None,
-        "responses_429": result.count_failures("429"),
-        "locust_seconds": round(result.seconds, 2),
-        "pod_startup_p50_s": round(percentile(startup, 50), 3) if startup else None,
-        "pod_startup_p99_s": round(percentile(startup, 99), 3) if startup else None,
-        "scheduling_throughput_pods_per_s": round(scheduling_throughput(pods), 1),
-        "jobs": [asdict(j) for j in job_times(pods)],
-    }
+    burst = run_burst(cluster.api, profile, burst_namespace, run_id, tmp_path_factory.mktemp("burst"))
+    _attach(profile, burst.locust, burst.pods, burst.figures)
+    return burst
 
 
 def _attach(profile, result, pods, figures) -> None:

@@ -1,0 +1,188 @@
+"""Benchmark (not a pass/fail test): the burst's figures, and how close locust comes to the API server's limit.
+
+Writes ``reports/bench/burst.json``: pods created, the create rate the locust
+generator achieved, p50/p99 create latency (locust), scheduling throughput,
+pod startup p50/p99, 429s, the scheduler and its client QPS -- and the same
+burst created by a second, independent client (a plain Python thread pool
+of urllib3 POSTs with the same ServiceAccount token and the same number of
+requests in flight). Both create rates are measured the same way (pods seen
+created on one pod watch, first to last); ``create_rate_ratio`` =
+locust / thread pool, target >= 0.9 (the generator is not the bottleneck).
+
+    python -m bench.burst [--profile smoke] [--set key=value ...] [--kubeconfig PATH]
+
+Embedded clusters are limited to 1,000 nodes here (the 7,500-node bring-up
+is measured by bench/bringup.py).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client
+
+from fixtures import cluster as backends
+from fixtures import toolchain
+from fixtures.burst import create_window_rate, delete_burst_pods, run_burst, scheduler_state
+from fixtures.errors import HarnessError
+from fixtures.kube import raw_request
+from fixtures.podtimeline import PodTimeline
+from fixtures.profile import load_profile
+from fixtures.run import RUN_LABEL, metadata, new_run_id
+from fixtures.waiting import WaitTimeout
+from load.burst_plan import JOB_PREFIX, pods_planned
+from load.identity import create_load_identity
+
+OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "burst.json"
+MAX_EMBEDDED_NODES = 1000
+
+
+def pod_body(profile, run_id: str, job: str, i: int) -> dict:
+    """The same pod as load/burst.py's pod_body (kept in step by hand: that module imports locust)."""
+    gpus = str(profile.node_gpus)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{job}-{i:05d}", "labels": {RUN_LABEL: run_id, "clusterproof.io/job": job}},
+            "spec": {"containers": [{"name": "rank", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"nvidia.com/gpu": gpus},
+                                                   "limits": {"nvidia.com/gpu": gpus}}}],
+                     "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "nodeSelector": {profile.pool_label: "shared"}}}
+
+
+def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:
+    """The second client: ``burst_users`` threads POSTing the same pods, one request each in flight."""
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = api.configuration.host, api.configuration.ssl_ca_cert
+    cfg.verify_ssl = api.configuration.verify_ssl
+    cfg.api_key = {"BearerToken": token_file.read_text().strip()}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    cfg.connection_pool_maxsize = profile.burst_users
+    sa_api = client.ApiClient(cfg)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    # Warm the connections first, as the locust users do.
+    with ThreadPoolExecutor(profile.burst_users) as pool:
+        list(pool.map(lambda _: raw_request(sa_api, "GET", path, {"limit": "1"}).data, range(profile.burst_users)))
+    bodies = [pod_body(profile, run_id, f"{JOB_PREFIX}-{j}", i)
+              for j in range(profile.burst_jobs) for i in range(profile.burst_job_size)]
+    latencies, errors = [], []
+
+    def create(body):
+        t = time.monotonic()
+        try:
+            raw_request(sa_api, "POST", path, body=body).data
+            latencies.append(time.monotonic() - t)
+        except client.ApiException as e:
+            errors.append(e.status)
+
+    timeline = PodTimeline(api, namespace, f"{RUN_LABEL}={run_id}").start()
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(profile.burst_users) as pool:
+            list(pool.map(create, bodies))
+        wall = time.monotonic() - t0
+        try:
+            timeline.wait_running(len(bodies), timeout=profile.burst_timeout_s,
+                                  stall_timeout=profile.burst_stall_timeout_s)
+        except WaitTimeout:
+            pass
+    finally:
+        timeline.stop()
+    latencies.sort()
+    pick = lambda q: round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 4) if latencies else None  # noqa: E731
+    return {"client": f"python ThreadPoolExecutor({profile.burst_users}) + urllib3 (kubernetes ApiClient, raw POST)",
+            "pods_created": len(latencies), "errors": errors[:20], "responses_429": errors.count(429),
+            "create_qps": round(create_window_rate(timeline.snapshot()), 1),
+            "create_qps_wall": round(len(latencies) / wall, 1) if wall else 0.0,
+            "create_latency_p50_s": pick(0.50), "create_latency_p99_s": pick(0.99)}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap.add_argument("--repeat", type=int, default=1, help="bursts per client (alternating), best kept")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        if not args.kubeconfig and profile.nodes > MAX_EMBEDDED_NODES:
+            raise HarnessError(f"bench.burst starts embedded clusters of at most {MAX_EMBEDDED_NODES} nodes "
+                               f"on this machine (nodes={profile.nodes}); pass --set nodes=1000 or --kubeconfig")
+        if not args.kubeconfig:
+            toolchain.ensure_all(progress=say)
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    run_id = new_run_id()
+    c = None
+    try:
+        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say) if args.kubeconfig
+             else backends.start_embedded(profile, run_id, say))
+        ns = f"cp-{run_id[-4:]}-bench-burst"
+        c.core.create_namespace({"metadata": metadata(ns, run_id)})
+        runs = []
+        try:
+            with tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
+                work = Path(tmp)
+                for r in range(args.repeat):
+                    say(f"burst {r + 1}/{args.repeat}: locust, {pods_planned(profile)} pods")
+                    b = run_burst(c.api, profile, ns, run_id, work / f"locust-{r}")
+                    delete_burst_pods(c.api, ns, run_id, timeout=300)
+                    say(f"burst {r + 1}/{args.repeat}: thread pool")
+                    ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
+                    tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
+                    delete_burst_pods(c.api, ns, run_id, timeout=300)
+                    runs.append({"locust": {**b.figures, "incomplete": b.incomplete}, "threadpool": tp})
+        finally:
+            c.core.delete_namespace(ns)
+        best = max(runs, key=lambda x: x["locust"]["create_qps"])
+        loc, tp = best["locust"], best["threadpool"]
+        result = {
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                        "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+            "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+            "scheduler": {"binary": "kube-scheduler " + toolchain.KUBERNETES_VERSION if c.kwok else "existing",
+                          "client_qps": profile.scheduler_api_qps if c.kwok else None,
+                          "client_burst": profile.scheduler_api_burst if c.kwok else None,
+                          "state": scheduler_state(c.api)},
+            "burst": {"jobs": profile.burst_jobs, "job_size": profile.burst_job_size,
+                      "users": profile.burst_users, "locust_processes": profile.burst_locust_processes,
+                      "identity": "ServiceAccount token (APF flow schema service-accounts)"},
+            "pods_created": loc["create_requests"] - loc["create_failures"],
+            "create_qps": loc["create_qps"],
+            "create_latency_p50_s": loc["create_latency_p50_s"],
+            "create_latency_p99_s": loc["create_latency_p99_s"],
+            "scheduling_throughput_pods_per_s": loc["scheduling_throughput_pods_per_s"],
+            "pod_startup_p50_s": loc["pod_startup_p50_s"], "pod_startup_p99_s": loc["pod_startup_p99_s"],
+            "responses_429": loc["responses_429"],
+            "second_client": tp,
+            "create_rate_ratio": round(loc["create_qps"] / tp["create_qps"], 3) if tp["create_qps"] else None,
+            "create_rate_ratio_target": 0.9,
+            "runs": runs,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        say(f"wrote {args.out}: locust {loc['create_qps']} pods/s vs thread pool {tp['create_qps']} pods/s "
+            f"(ratio {result['create_rate_ratio']}), scheduling {loc['scheduling_throughput_pods_per_s']} pods/s")
+        return 0
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if c is not None:
+            backends.stop(c, False, say)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
