@@ -60,7 +60,7 @@ def coscheduling(cluster, profile, pytestconfig):
         if cluster.kwok is not None:
             cos = g.Coscheduling(cluster.api, cluster.kubeconfig, cluster.kwok.directory / "gang",
                                  cluster.run_id, profile.gang_scheduler_qps,
-                                 profile.gang_scheduler_burst)
+                                 profile.gang_scheduler_burst, profile.gang_unschedulable_flush_s)
             cos.apply_crds()
             if not name:
                 say(f"starting Coscheduling (scheduler-plugins {g.toolchain.SCHEDULER_PLUGINS_VERSION}) "
@@ -81,6 +81,10 @@ def coscheduling(cluster, profile, pytestconfig):
     except (HarnessError, WaitTimeout) as e:
         backend.description = f"unusable: {e}"
         backend.error = str(e)
+    except BaseException:
+        if cos is not None:
+            cos.stop()
+        raise
     try:
         yield backend
     finally:
