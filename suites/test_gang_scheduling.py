@@ -199,7 +199,7 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
     spare = [f"spare-{i}" for i in range(n - fit * size)]
     g.create_all(api, namespace, [g.pod_body(s, run_id, backend.scheduler_name, dedicated, gpus)
                                   for s in spare])
-    with g.explain_partial(api, gangs, "capacity held by a waiting gang"):
+    with g.explain_partial(api, gangs, "capacity held by a waiting gang", holding=True):
         g.wait_pods_bound(api, namespace, spare, profile.gang_bind_timeout_s,
                           f"plain pods on the {len(spare)} node(s) no complete gang uses "
                           "(a gang holding nodes while it waits would keep them off)")
@@ -247,11 +247,15 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     reported, not asserted (the bound is ``gang_scale_timeout_s``).
     """
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
-    usable = g.usable_nodes(api, profile.pool_label, ("preflight",), gpus)
+    usable = g.usable_nodes(api, profile.pool_label, ("preflight",), gpus, free_only=False)
     if size > usable:
-        pytest.fail(f"clusterproof: gang_scale_size={size} is larger than the {usable} free nodes "
+        pytest.fail(f"clusterproof: gang_scale_size={size} is larger than the {usable} nodes "
                     f"a whole-node gang can use (shared and team pools): lower gang_scale_size or "
                     f"raise nodes", pytrace=False)
+    # Pods of earlier tests leave with their namespaces, in the background.
+    g.wait_for(lambda: g.usable_nodes(api, profile.pool_label, ("preflight",), gpus),
+               until=lambda free: free >= size, timeout=180, interval=2,
+               what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
     place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists",
                               "effect": "NoSchedule"},))
     _probe(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
