@@ -178,8 +178,22 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
                          "gang one-too-many bound completely once a node was freed")
 
 
+# Known limitation, measured here: native gang scheduling in Kubernetes 1.35
+# (alpha) has no early release, so a waiting gang keeps its reserved nodes
+# until its fixed 300 s timeout and plain pods cannot use them. The check
+# still runs on native and must fail (strict xfail): the report shows the
+# finding, and the day a release fixes it the xfail turns into a failure
+# that asks for this marker to go.
+NATIVE_HOLDS_NODES = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="native gang scheduling (1.35 alpha) holds a waiting gang's nodes until its 300 s timeout")
+
+
 @pytest.mark.smoke
-def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace, run_id, profile):
+def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace, run_id, profile,
+                                         request):
+    if backend.name == "native":
+        request.applymarker(NATIVE_HOLDS_NODES)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     size = 2
     count = n // size + 1            # one gang more than fits
@@ -218,7 +232,9 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
 
     Honest slack: after the timeout the scheduler must notice (it checks
     waiting pods when the timer fires), unreserve, and retry the plain pods,
-    which sit in its unschedulable queue; 30 s covers its requeue/backoff.
+    which sit in its unschedulable queue until the next flush (at most
+    ``scheduler_unschedulable_flush_s``/``gang_unschedulable_flush_s``); 30 s
+    more cover backoff and binding.
     """
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     timeout_s = backend.hold_timeout_s
@@ -229,9 +245,10 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     g.create_all(api, namespace, [g.pod_body(p, run_id, backend.scheduler_name, dedicated, gpus,
                                              {"clusterproof.io/plain": "true"}) for p in plain])
     with g.explain_partial(api, [held], "the held nodes were not released"):
-        nodes = g.wait_pods_bound(api, namespace, plain, timeout_s + 30,
+        flush = max(profile.scheduler_unschedulable_flush_s, profile.gang_unschedulable_flush_s)
+        nodes = g.wait_pods_bound(api, namespace, plain, timeout_s + flush + 30,
                                   f"plain pods bound on the nodes gang never-complete held "
-                                  f"(schedule timeout {timeout_s:g} s + 30 s slack)")
+                                  f"(schedule timeout {timeout_s:g} s + {flush:g} s retry + 30 s slack)")
     took = time.monotonic() - t0
     state = g.GangState.read(api, [held])
     allure.attach(json.dumps({"schedule_timeout_s": timeout_s, "plain_pods_bound_after_s": round(took, 1),
