@@ -233,8 +233,8 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     Honest slack: after the timeout the scheduler must notice (it checks
     waiting pods when the timer fires), unreserve, and retry the plain pods,
     which sit in its unschedulable queue until the next flush (at most
-    ``scheduler_unschedulable_flush_s``/``gang_unschedulable_flush_s``); 30 s
-    more cover backoff and binding.
+    ``gang_unschedulable_flush_s`` for the harness's Coscheduling scheduler);
+    30 s more cover backoff and binding.
     """
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     timeout_s = backend.hold_timeout_s
@@ -245,7 +245,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     g.create_all(api, namespace, [g.pod_body(p, run_id, backend.scheduler_name, dedicated, gpus,
                                              {"clusterproof.io/plain": "true"}) for p in plain])
     with g.explain_partial(api, [held], "the held nodes were not released"):
-        flush = max(profile.scheduler_unschedulable_flush_s, profile.gang_unschedulable_flush_s)
+        flush = profile.gang_unschedulable_flush_s
         nodes = g.wait_pods_bound(api, namespace, plain, timeout_s + flush + 30,
                                   f"plain pods bound on the nodes gang never-complete held "
                                   f"(schedule timeout {timeout_s:g} s + {flush:g} s retry + 30 s slack)")
