@@ -19,10 +19,10 @@ from kubernetes import client
 
 from fixtures import cluster as backends
 from fixtures.errors import HarnessError
-from fixtures.kube import check_reachable, load_client
+from fixtures.kube import check_reachable, is_simulated, load_client
 from fixtures.profile import load_profile
 from fixtures.run import metadata, new_run_id
-from fixtures.stash import CLUSTER, PROFILE, RUN_ID
+from fixtures.stash import CLUSTER, PROFILE, REAL_HARDWARE, RUN_ID
 
 pytest_plugins = ["reports.plugin"]
 
@@ -37,6 +37,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--kubeconfig", default=None,
                 help="test an existing cluster with this kubeconfig instead of the embedded one")
     g.addoption("--context", default=None, help="kubeconfig context (default: current)")
+    g.addoption("--allow-destructive", action="store_true",
+                help="on a real cluster, also run checks that change shared state (burst load on "
+                     "the API server, very large gangs); they are skipped there otherwise")
     g.addoption("--keep-cluster", action="store_true",
                 help="do not delete the embedded cluster at the end (its kubeconfig is printed)")
     # Internal: self-tests pass their own run id to the suites they drive.
@@ -64,11 +67,29 @@ def pytest_configure(config: pytest.Config) -> None:
     if kubeconfig is None and config.option.context:
         kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
         config.option.kubeconfig = kubeconfig
+    config.stash[REAL_HARDWARE] = False
     if kubeconfig is not None and not config.option.collectonly:
         try:
-            check_reachable(load_client(kubeconfig, config.option.context))
+            api = load_client(kubeconfig, config.option.context)
+            check_reachable(api)
+            config.stash[REAL_HARDWARE] = not is_simulated(api)
         except HarnessError as e:
             raise pytest.UsageError(f"clusterproof: {e}") from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On real hardware, checks marked ``destructive`` run only with --allow-destructive.
+
+    Decided at collection, before any fixture: the burst suite's load starts
+    in a module fixture, so a per-test skip would come too late.
+    """
+    if not config.stash.get(REAL_HARDWARE, False) or config.option.allow_destructive:
+        return
+    skip = pytest.mark.skip(reason="changes shared state on a real cluster (API load or thousands "
+                                   "of pods): pass --allow-destructive to run it")
+    for item in items:
+        if item.get_closest_marker("destructive"):
+            item.add_marker(skip)
 
 
 def progress(config: pytest.Config):

@@ -33,6 +33,8 @@ def _allure_labels(request):
         c = request.getfixturevalue("cluster")
         allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
         allure.dynamic.tag(f"backend:{c.backend}")
+        if request.node.get_closest_marker("destructive") and not c.simulated:
+            allure.dynamic.tag("changed-shared-state")  # ran with --allow-destructive
         allure.dynamic.parent_suite(f"{c.backend} / profile {c.profile.name}")
     yield
 
@@ -99,6 +101,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
            "kubernetes.toolchain": toolchain.KUBERNETES_VERSION,
            "kwok.toolchain": toolchain.KWOK_VERSION,
            "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION}
+    env["allow.destructive"] = str(bool(session.config.getoption("allow_destructive", False))).lower()
     profile = stash.get(PROFILE, None)
     if profile is not None:
         env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})

@@ -30,6 +30,9 @@ from fixtures.stash import PROFILE
 from load.burst_plan import job_names, pods_planned
 from reports.pngplot import scatter
 
+# Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
+pytestmark = pytest.mark.destructive
+
 SHOW = 10
 
 

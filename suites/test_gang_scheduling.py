@@ -257,6 +257,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
 
 
 @pytest.mark.smoke
+@pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
 def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile):
     """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight.
 
