@@ -87,3 +87,33 @@ def test_wait_for_is_bounded_and_reports_the_last_state():
         wait_for(lambda: next(seen), until=lambda n: n >= 10**6, timeout=0.2, interval=0.01,
                  what="counter reaches 10^6")
     assert wait_for(lambda: 5, timeout=1, what="five") == 5
+
+
+class _Item:
+    def __init__(self, destructive):
+        self.destructive, self.added = destructive, []
+
+    def get_closest_marker(self, name):
+        return object() if name == "destructive" and self.destructive else None
+
+    def add_marker(self, marker):
+        self.added.append(marker)
+
+
+@pytest.mark.parametrize("real,allowed,skipped", [
+    pytest.param(True, False, True, id="real-cluster-without-opt-in-skips"),
+    pytest.param(True, True, False, id="real-cluster-with-allow-destructive-runs"),
+    pytest.param(False, False, False, id="simulated-cluster-runs")])
+def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped):
+    import types
+
+    import conftest
+    from fixtures.stash import REAL_HARDWARE
+    config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
+                                   option=types.SimpleNamespace(allow_destructive=allowed))
+    harmless, destructive = _Item(False), _Item(True)
+    conftest.pytest_collection_modifyitems(config, [harmless, destructive])
+    assert not harmless.added
+    assert bool(destructive.added) == skipped
+    if skipped:
+        assert "--allow-destructive" in destructive.added[0].kwargs["reason"]
