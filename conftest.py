@@ -123,7 +123,8 @@ def cluster(pytestconfig, profile, run_id):
     say = progress(pytestconfig)
     try:
         if opt.kubeconfig:
-            c = backends.connect_existing(profile, run_id, opt.kubeconfig, opt.context, say)
+            c = backends.connect_existing(profile, run_id, opt.kubeconfig, opt.context, say,
+                                          simulated=not pytestconfig.stash[REAL_HARDWARE])
         else:
             c = backends.start_embedded(profile, run_id, say, keep=opt.keep_cluster)
     except HarnessError as e:
