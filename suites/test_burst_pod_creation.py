@@ -87,6 +87,10 @@ def _attach(profile, result, pods, figures) -> None:
                       "red startup SLO (x: s since first create, y: s)", allure.attachment_type.PNG)
 
 
+def _s(seconds) -> str:
+    return "n/a" if seconds is None else f"{seconds:g} s"
+
+
 def _names(names) -> str:
     names = sorted(names)
     more = f" and {len(names) - SHOW} more" if len(names) > SHOW else ""
@@ -115,12 +119,17 @@ def test_every_job_is_bound_completely(burst, job):
 
 @pytest.mark.smoke
 def test_pod_creates_meet_the_mutating_call_slo(burst, profile):
-    p99 = burst.figures["create_latency_p99_s"]
+    f = burst.figures
+    p99 = f["create_latency_p99_s"]
     assert p99 is not None, "locust recorded no 'create pod' request"
-    assert p99 <= profile.slo_mutating_p99_s, (
-        f"pod create latency SLO (p99 <= {profile.slo_mutating_p99_s:g} s) broken: p99 {p99:g} s, "
-        f"p50 {burst.figures['create_latency_p50_s']:g} s over {burst.figures['create_requests']} "
-        f"creates ({burst.figures['responses_429']} answered 429)")
+    # The SLO is defined on the apiserver's own histogram; quoting it next to
+    # locust's figure tells the API server's share from the generator's.
+    server, slo = f.get("create_latency_server_p99_s"), profile.slo_mutating_p99_s
+    assert p99 <= slo, (
+        f"pod create latency SLO (p99 <= {profile.slo_mutating_p99_s:g} s) broken: p99 {p99:g} s "
+        f"client side (locust), p50 {f['create_latency_p50_s']:g} s over {f['create_requests']} creates "
+        f"at {f['create_qps']:g} pods/s ({f['responses_429']} answered 429); the apiserver's own "
+        f"histogram says p99 {_s(server)} for the same creates")
 
 
 @pytest.mark.smoke
@@ -130,9 +139,12 @@ def test_pod_startup_latency_meets_the_slo(burst, profile):
     lat += [math.inf] * max(0, burst.planned - len(lat))
     p99 = percentile(lat, 99)
     not_running = sum(1 for x in lat if math.isinf(x))
-    assert p99 <= profile.slo_pod_startup_p99_s, (
+    f, slo = burst.figures, profile.slo_pod_startup_p99_s
+    assert p99 <= slo, (
         f"pod startup latency SLO (p99 <= {profile.slo_pod_startup_p99_s:g} s) broken: p99 "
         + (f"{p99:.2f} s" if math.isfinite(p99) else "infinite")
         + f" over {burst.planned} pods, {not_running} never Running"
-        + f", p50 {percentile(lat, 50):.2f} s"
+        + f", p50 {percentile(lat, 50):.2f} s; created->bound p99 {_s(f['created_to_bound_p99_s'])}, "
+        + f"bound->Running p99 {_s(f['bound_to_running_p99_s'])}; pods created at {f['create_qps']:g}/s, "
+        + f"bound at {f['scheduling_throughput_pods_per_s']:g}/s"
         + (f"; {burst.incomplete}" if burst.incomplete else ""))
