@@ -256,15 +256,34 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     assert not state.bound["never-complete"], g.partial_message(state, "after the schedule timeout")
 
 
+# Known limitation, measured here: native gang formation (1.35 alpha) costs
+# the scheduler super-quadratic CPU in the gang size -- PreEnqueue rebuilds the
+# set of all the gang's pods for every gated member on every pod add, and
+# Permit re-activates every unscheduled member for each pod that reaches it --
+# while a gang gets a fixed 300 s from its first Permit to get every member
+# through. On this 2-core machine (2,600 nodes, kube-scheduler CPU from /proc):
+# 250 pods bound 3.8 s after the last create (2.9 CPU-s), 500: 11.0 s (10.7),
+# 1,000: 53.1 s (54.4), 2,000: 254.3 s (313.4); 4,000 at 7,500 nodes: nothing
+# bound in 1,200 s. Gangs above NATIVE_SCALE_LIMIT are expected to fail (strict):
+# on a machine where they bind, the XPASS asks for this limit to be raised.
+NATIVE_SCALE_LIMIT = 2000
+NATIVE_SCALE = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason=f"native gang scheduling (1.35 alpha) cannot form a gang of more than ~{NATIVE_SCALE_LIMIT} "
+           "pods within its fixed 300 s: its gang bookkeeping grows super-quadratically with gang size")
+
+
 @pytest.mark.smoke
 @pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
-def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile):
+def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request):
     """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight.
 
     Admission latency (last pod created -> all bound) is the figure; it is
     reported, not asserted (the bound is ``gang_scale_timeout_s``).
     """
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
+    if backend.name == "native" and size > NATIVE_SCALE_LIMIT:
+        request.applymarker(NATIVE_SCALE)
     usable = g.usable_nodes(api, profile.pool_label, ("preflight",), gpus, free_only=False)
     if size > usable:
         pytest.fail(f"clusterproof: gang_scale_size={size} is larger than the {usable} nodes "

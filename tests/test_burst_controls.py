@@ -175,3 +175,50 @@ BAD = [
 def test_bad_burst_profile_gives_one_readable_line(sets, expected, tmp_path):
     run = run_pytest([SUITE, "--profile", "smoke", *[f"--set={s}" for s in sets]], tmp_path, timeout=120)
     assert run.returncode == 4 and expected in run.output and "Traceback" not in run.output, run.output[-2000:]
+
+
+def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, namespace, run_id, tmp_path):
+    """The multi-machine path, on loopback: a ``--master`` and two ``--worker`` processes over TCP.
+
+    The README's distributed commands, run as separate processes (not
+    ``--processes``): every pod is created exactly once across the workers and
+    the master's final statistics count all of them.
+    """
+    from load.burst_plan import JOB_PREFIX
+    from load.identity import create_load_identity
+    from load.runner import LOCUST, ROOT, read_stats
+
+    jobs, size, workers = 2, 10, 2
+    ident = create_load_identity(cluster.api, namespace, run_id, tmp_path / "id")
+    common = ["-f", str(ROOT / "load/burst.py"), "--kube-token-file", str(ident.token_file)]
+    if ident.ca_file:
+        common += ["--kube-ca-file", ident.ca_file]
+    port = 5557 + os.getpid() % 1000
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    master = subprocess.Popen(
+        [str(LOCUST), *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+         "--headless", "--expect-workers", str(workers), "-u", "8", "-r", "8", "--run-time", "120s",
+         "--host", cluster.api.configuration.host, "--csv", str(tmp_path / "burst"), "--only-summary",
+         "--burst-namespace", namespace, "--burst-run-id", run_id, "--burst-jobs", str(jobs),
+         "--burst-job-size", str(size), "--burst-job-prefix", JOB_PREFIX,
+         "--burst-node-selector", f"{profile.pool_label}=shared"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen([str(LOCUST), *common, "--worker", "--master-host", "127.0.0.1",
+                               "--master-port", str(port)],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(workers)]
+    try:
+        out, _ = master.communicate(timeout=180)
+    finally:
+        for p in [master, *procs]:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    pods = list_raw(cluster.api, f"/api/v1/namespaces/{namespace}/pods",
+                    {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]
+    names = sorted(p["metadata"]["name"] for p in pods)
+    assert len(names) == jobs * size, f"{len(names)} pods created, expected {jobs * size}: {out[-2000:]}"
+    stats, failures = read_stats(tmp_path / "burst")
+    create = stats.get("create pod")
+    assert create and create.requests == jobs * size and create.failures == 0 and not failures, (
+        f"master's statistics: {create}, failures {failures}; {out[-2000:]}")
