@@ -284,7 +284,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     has_shared = "shared" in isolation.pool_of.values()
     unrelated = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
-    bad, admitted, required, off_limits = [], {}, {}, {}
+    wrong_tols, admitted, required, off_limits = [], {}, {}, {}
     for i, team in enumerate(teams):
         ns, other = team_ns[team], (teams[(i + 1) % len(teams)] if len(teams) > 1 else None)
         sel = lambda pool: {profile.pool_label: pool}  # noqa: E731
@@ -304,14 +304,15 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
         for pod in admitted[ns].values():
             why = _exact(rules, pod, [rules.toleration(team)])
             if why:
-                bad.append(why)
+                wrong_tols.append(why)
         if unrelated not in admitted[ns][f"{team}-pretolerated"]["spec"]["tolerations"]:
-            bad.append(f"pod {ns}/{team}-pretolerated lost its own toleration "
-                       f"{t.describe_toleration(unrelated)} in admission")
+            wrong_tols.append(f"pod {ns}/{team}-pretolerated lost its own toleration "
+                              f"{t.describe_toleration(unrelated)} in admission")
     settled = {ns: t.wait_settled(api, ns, sorted(admitted[ns]), profile.taint_timeout_s,
                                   f"team pods in {ns} bound (or, if sent to another team's pool, refused)",
                                   bound=required[ns]) for ns in admitted}
     _placement(cluster, isolation, list(admitted), _team_of(team_ns), "team pods")
+    bad = []  # placement breaches first: they are what an SRE must see even in a long list
     for ns, (now, ev) in settled.items():
         team = _team_of(team_ns)[ns]
         for name, node in now.items():
@@ -324,6 +325,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
                                f"(last: {(ev.get(name) or ['none'])[-1]})")
             elif node and pool not in (f"team-{team}", "shared"):
                 bad.append(f"pod {ns}/{name} of team {team} landed on node {node} of pool {pool}")
+    bad += wrong_tols
     assert not bad, f"{len(bad)} team pod(s) with wrong tolerations or placement: " + _names(bad)
 
 
