@@ -213,7 +213,11 @@ def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, p
     rid = f"taintctl-{os.urandom(2).hex()}"
     cmd = [sys.executable, "-m", "pytest", "-q", f"--alluredir={tmp_path / 'allure'}",
            *_args(cluster, profile, rid, "taint_observe_s=60", select="noexecute")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT back to default in the child: a parent started in the background
+    # without job control (nohup ... &, some CI runners) passes it on as
+    # ignored, and then Python never raises KeyboardInterrupt.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def scratch_up():
             if proc.poll() is not None:
