@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--context", default=None, help="kubeconfig context (default: current)")
     g.addoption("--allow-destructive", action="store_true",
                 help="on a real cluster, also run checks that change shared state (burst load on "
-                     "the API server, very large gangs); they are skipped there otherwise")
+                     "the API server, very large gangs, tainting nodes); they are skipped there otherwise")
     g.addoption("--keep-cluster", action="store_true",
                 help="do not delete the embedded cluster at the end (its kubeconfig is printed)")
     # Internal: self-tests pass their own run id to the suites they drive.
@@ -85,8 +85,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     if not config.stash.get(REAL_HARDWARE, False) or config.option.allow_destructive:
         return
-    skip = pytest.mark.skip(reason="changes shared state on a real cluster (API load or thousands "
-                                   "of pods): pass --allow-destructive to run it")
+    skip = pytest.mark.skip(reason="changes shared state on a real cluster (API load, thousands of "
+                                   "pods, whole GPU nodes, or tainting/creating nodes): pass "
+                                   "--allow-destructive to run it")
     for item in items:
         if item.get_closest_marker("destructive"):
             item.add_marker(skip)
