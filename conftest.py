@@ -55,6 +55,9 @@ def _interrupt(signum, _frame):
 def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
+    # A run started in the background by a non-interactive shell inherits
+    # SIGINT ignored; an interrupt must still tear down what the run created.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         config.stash[PROFILE] = load_profile(config.option.profile, config.option.cp_set)
     except HarnessError as e:
