@@ -33,12 +33,12 @@ from kubernetes import client
 from fixtures import cluster as backends
 from fixtures import gang as g
 from fixtures import toolchain
-from fixtures.burst import create_window_rate, delete_burst_pods, run_burst, scheduler_state
+from fixtures.burst import create_window_rate, run_burst, scheduler_state
 from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
 from fixtures.podtimeline import PodTimeline
 from fixtures.profile import load_profile
-from fixtures.run import RUN_LABEL, metadata, new_run_id
+from fixtures.run import RUN_LABEL, delete_run_pods, metadata, new_run_id
 from fixtures.waiting import WaitTimeout
 from load.burst_plan import JOB_PREFIX, pods_planned
 from load.identity import create_load_identity
@@ -134,7 +134,7 @@ def gang_admission(c, profile, ns: str, run_id: str, workdir: Path, say) -> dict
                 "gang_size": profile.burst_job_size, "admission_latency_s": round(done - t_create, 2),
                 "note": "last pod create returned -> last bind seen on a pod watch"}
     finally:
-        delete_burst_pods(c.api, ns, run_id, timeout=300)
+        delete_run_pods(c.api, ns, run_id, timeout=300)
         if cos is not None:
             cos.stop()
 
@@ -169,11 +169,11 @@ def main(argv: list[str]) -> int:
                 for r in range(args.repeat):
                     say(f"burst {r + 1}/{args.repeat}: locust, {pods_planned(profile)} pods")
                     b = run_burst(c.api, profile, ns, run_id, work / f"locust-{r}")
-                    delete_burst_pods(c.api, ns, run_id, timeout=300)
+                    delete_run_pods(c.api, ns, run_id, timeout=300)
                     say(f"burst {r + 1}/{args.repeat}: thread pool")
                     ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
                     tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
-                    delete_burst_pods(c.api, ns, run_id, timeout=300)
+                    delete_run_pods(c.api, ns, run_id, timeout=300)
                     runs.append({"locust": {**b.figures, "incomplete": b.incomplete}, "threadpool": tp})
                 gang = gang_admission(c, profile, ns, run_id, work, say)
         finally:

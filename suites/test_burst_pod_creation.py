@@ -23,9 +23,9 @@ import allure
 import pytest
 from kubernetes import client
 
-from fixtures.burst import Burst, delete_burst_pods, run_burst, schedulable_shared_nodes
+from fixtures.burst import Burst, run_burst, schedulable_shared_nodes
 from fixtures.podtimeline import dump, percentile
-from fixtures.run import metadata
+from fixtures.run import delete_run_pods, metadata
 from fixtures.stash import PROFILE
 from load.burst_plan import job_names, pods_planned
 from reports.pngplot import scatter
@@ -51,7 +51,7 @@ def burst_namespace(cluster, run_id):
     # Delete the pods explicitly and wait: "nothing left behind" must hold
     # when the run ends, not whenever the namespace controller gets to it.
     try:
-        delete_burst_pods(cluster.api, name, run_id)
+        delete_run_pods(cluster.api, name, run_id)
     finally:
         try:
             cluster.core.delete_namespace(name, propagation_policy="Background")

@@ -48,7 +48,7 @@ from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
 from fixtures.podtimeline import PodTimeline
 from fixtures.profile import node_plan
-from fixtures.run import RUN_LABEL
+from fixtures.run import RUN_LABEL, delete_run_pods
 from fixtures.stash import PROFILE
 from fixtures.waiting import wait_for
 from fixtures.watch import list_raw
@@ -186,7 +186,7 @@ def team_ns(cluster, isolation, run_id, request, profile):
             t.delete_namespace(api, ns)
         for team, ns in out.items():
             if ns not in created:
-                t.delete_run_pods(api, ns, run_id)
+                delete_run_pods(api, ns, run_id)
 
 
 def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
