@@ -31,31 +31,22 @@ from pathlib import Path
 from kubernetes import client
 
 from fixtures import cluster as backends
-from fixtures import gang as g
-from fixtures import toolchain
+from fixtures import coscheduling, toolchain
+from fixtures import gangs as g
 from fixtures.burst import create_window_rate, run_burst, scheduler_state
 from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
-from fixtures.podtimeline import PodTimeline
+from fixtures.pod_spec import pod_body
+from fixtures.podtimeline import JOB_LABEL, PodTimeline
+from fixtures.pods import delete_run_pods
 from fixtures.profile import load_profile
-from fixtures.run import RUN_LABEL, delete_run_pods, metadata, new_run_id
+from fixtures.run import RUN_LABEL, metadata, new_run_id
+from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout
 from load.burst_plan import JOB_PREFIX, pods_planned
 from load.identity import create_load_identity
 
 OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "burst.json"
-
-
-def pod_body(profile, run_id: str, job: str, i: int) -> dict:
-    """The same pod as load/burst.py's pod_body (kept in step by hand: that module imports locust)."""
-    gpus = str(profile.node_gpus)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{job}-{i:05d}", "labels": {RUN_LABEL: run_id, "clusterproof.io/job": job}},
-            "spec": {"containers": [{"name": "rank", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"requests": {"nvidia.com/gpu": gpus},
-                                                   "limits": {"nvidia.com/gpu": gpus}}}],
-                     "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                     "nodeSelector": {profile.pool_label: "shared"}}}
 
 
 def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:
@@ -71,7 +62,10 @@ def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path
     # Warm the connections first, as the locust users do.
     with ThreadPoolExecutor(profile.burst_users) as pool:
         list(pool.map(lambda _: raw_request(sa_api, "GET", path, {"limit": "1"}).data, range(profile.burst_users)))
-    bodies = [pod_body(profile, run_id, f"{JOB_PREFIX}-{j}", i)
+    # The same pods load/burst.py creates.
+    bodies = [pod_body(f"{JOB_PREFIX}-{j}-{i:05d}", run_id, gpus=profile.node_gpus,
+                       labels={JOB_LABEL: f"{JOB_PREFIX}-{j}"}, node_selector={profile.pool_label: "shared"},
+                       restart_policy="Never")
               for j in range(profile.burst_jobs) for i in range(profile.burst_job_size)]
     latencies, errors = [], []
 
@@ -96,47 +90,38 @@ def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path
             pass
     finally:
         timeline.stop()
-    latencies.sort()
-    pick = lambda q: round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 4) if latencies else None  # noqa: E731
+    pick = lambda q: round(percentile(latencies, q), 4) if latencies else None  # noqa: E731
     return {"client": f"python ThreadPoolExecutor({profile.burst_users}) + urllib3 (kubernetes ApiClient, raw POST)",
             "pods_created": len(latencies), "errors": errors[:20], "responses_429": errors.count(429),
             "create_qps": round(create_window_rate(timeline.snapshot()), 1),
             "create_qps_wall": round(len(latencies) / wall, 1) if wall else 0.0,
-            "create_latency_p50_s": pick(0.50), "create_latency_p99_s": pick(0.99)}
+            "create_latency_p50_s": pick(50), "create_latency_p99_s": pick(99)}
 
 
-def gang_admission(c, profile, ns: str, run_id: str, workdir: Path, say) -> dict:
+def gang_admission(c, profile, ns: str, run_id: str, say) -> dict:
     """One gang of ``burst_job_size`` whole-node pods on the shared pool: last create -> all bound.
 
-    On the embedded cluster the harness starts Coscheduling as in the gang
-    suite; on an existing one it uses ``gang_scheduler_name`` (or reports why not).
+    On the embedded cluster the harness's Coscheduling (a component of the
+    cluster) schedules it; on an existing one ``gang_scheduler_name`` (or the
+    reason why not).
     """
-    name, cos = profile.gang_scheduler_name, None
+    name = profile.gang_scheduler_name
     if c.kwok is None and not name:
         return {"skipped": "existing cluster and gang_scheduler_name is empty"}
     try:
-        if c.kwok is not None:
-            cos = g.Coscheduling(c.api, c.kubeconfig, workdir / "gang", run_id, profile.gang_scheduler_qps,
-                                 profile.gang_scheduler_burst, profile.gang_unschedulable_flush_s)
-            cos.apply_crds()
-            if not name:
-                cos.start()
-        backend = g.Backend("coscheduling", name or g.OWN_SCHEDULER, "", 0)
+        backend = g.Backend("coscheduling", name or coscheduling.OWN_SCHEDULER, "", 0)
         say(f"gang: {profile.burst_job_size} pods, scheduler {backend.scheduler_name}")
         [gang] = g.create_gangs(c.api, backend, ns, run_id, {"bench-gang": profile.burst_job_size},
                                 g.Placement({profile.pool_label: "shared"}), profile.node_gpus,
                                 timeout_s=profile.gang_scale_timeout_s)
-        t_create = gang.created_last_at
         done = g.watch_until_bound(c.api, gang, profile.gang_scale_timeout_s)
         return {"scheduler": backend.scheduler_name,
                 "scheduler_build": (f"scheduler-plugins {toolchain.SCHEDULER_PLUGINS_VERSION} (Coscheduling)"
-                                    if cos and not name else "existing"),
-                "gang_size": profile.burst_job_size, "admission_latency_s": round(done - t_create, 2),
+                                    if not name else "existing"),
+                "gang_size": profile.burst_job_size, "admission_latency_s": round(done - gang.created_last_at, 2),
                 "note": "last pod create returned -> last bind seen on a pod watch"}
     finally:
         delete_run_pods(c.api, ns, run_id, timeout=300)
-        if cos is not None:
-            cos.stop()
 
 
 def main(argv: list[str]) -> int:
@@ -158,10 +143,11 @@ def main(argv: list[str]) -> int:
     run_id = new_run_id()
     c = None
     try:
-        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say) if args.kubeconfig
+        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
+             if args.kubeconfig
              else backends.start_embedded(profile, run_id, say))
         ns = f"cp-{run_id[-4:]}-bench-burst"
-        c.core.create_namespace({"metadata": metadata(ns, run_id)})
+        raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
         runs = []
         try:
             with tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
@@ -175,7 +161,7 @@ def main(argv: list[str]) -> int:
                     tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
                     delete_run_pods(c.api, ns, run_id, timeout=300)
                     runs.append({"locust": {**b.figures, "incomplete": b.incomplete}, "threadpool": tp})
-                gang = gang_admission(c, profile, ns, run_id, work, say)
+                gang = gang_admission(c, profile, ns, run_id, say)
         finally:
             c.core.delete_namespace(ns)
         # Best of each client, as each run shares two cores with the whole control plane.

@@ -26,9 +26,10 @@ from gevent.event import Event
 from locust import events, task
 from locust.exception import StopUser
 
+from fixtures.pod_spec import pod_body as whole_node_pod
+from fixtures.run import RUN_LABEL
 from load.kube_user import KubeApiUser, finish_runner
 
-RUN_LABEL = "clusterproof.io/run"      # same key as fixtures.run.RUN_LABEL (not imported: no kubernetes here)
 JOB_LABEL = "clusterproof.io/job"
 
 
@@ -51,22 +52,10 @@ def _burst_args(parser):
 
 
 def pod_body(opts, job: str, index: int) -> dict:
-    gpus = str(opts.burst_gpus)
-    spec = {
-        "containers": [{"name": "rank", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"nvidia.com/gpu": gpus},
-                                      "limits": {"nvidia.com/gpu": gpus}}}],
-        "restartPolicy": "Never",
-        # Pods are simulated; deleting them must not wait for a grace period.
-        "terminationGracePeriodSeconds": 0,
-    }
-    if opts.burst_node_selector:
-        key, _, value = opts.burst_node_selector.partition("=")
-        spec["nodeSelector"] = {key: value}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{job}-{index:05d}",
-                         "labels": {RUN_LABEL: opts.burst_run_id, JOB_LABEL: job}},
-            "spec": spec}
+    """One rank of ``job``: the harness's one pod (fixtures.pod_spec), a whole node of the shared pool."""
+    selector = dict([opts.burst_node_selector.split("=", 1)]) if opts.burst_node_selector else None
+    return whole_node_pod(f"{job}-{index:05d}", opts.burst_run_id, gpus=opts.burst_gpus,
+                          labels={JOB_LABEL: job}, node_selector=selector, restart_policy="Never")
 
 
 class _Share:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fixtures.errors import HarnessError
+from fixtures.processes import own_session_dying_with_parent, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = Path(sys.executable).with_name("locust")
@@ -103,12 +104,17 @@ def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_pref
     t0 = time.monotonic()
     log = csv_prefix.with_suffix(".log")
     with open(log, "w") as out:
+        # Its own process group, dying with the harness: locust's --processes
+        # workers are forked children, and an interrupted run stops them all.
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=own_session_dying_with_parent,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s + 60, start_new_session=True,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+            proc.wait(timeout=timeout_s + 60)
         except subprocess.TimeoutExpired:
             raise HarnessError(f"locust did not finish within {timeout_s + 60:g} s; see {log}") from None
+        finally:
+            stop_group(proc)
     seconds = time.monotonic() - t0
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
     if not Path(f"{csv_prefix}_stats.csv").exists():

@@ -17,6 +17,9 @@ import pytest
 from kubernetes import client
 
 from fixtures import toolchain
+from fixtures.kube import list_all, list_raw
+from fixtures.nodes import has_ready_condition
+from fixtures.run import RUN_LABEL
 from fixtures.stash import CLUSTER, PROFILE, RUN_ID
 
 RESULTS_DIR = Path(__file__).resolve().parent / "allure-results"
@@ -49,45 +52,43 @@ def pytest_runtest_makereport(item, call):
     if c is None:
         return
     try:
-        allure.attach(cluster_summary(c.api, c.profile.pool_label), "cluster summary",
+        allure.attach(cluster_summary(c.api, c.profile.pool_label, names=c.simulated), "cluster summary",
                       allure.attachment_type.TEXT)
-        ns = item.funcargs.get("namespace") if hasattr(item, "funcargs") else None
-        allure.attach(recent_events(c.api, ns), "events", allure.attachment_type.TEXT)
+        allure.attach(run_events(c.api, c.run_id), "events in this run's namespaces", allure.attachment_type.TEXT)
     except Exception as e:  # the report must never hide the real failure
         allure.attach(f"could not gather cluster state: {e}", "cluster state error",
                       allure.attachment_type.TEXT)
 
 
-def cluster_summary(api: client.ApiClient, pool_label: str) -> str:
-    """Nodes per pool and readiness: a table, not 7,500 lines."""
-    core = client.CoreV1Api(api)
+def cluster_summary(api: client.ApiClient, pool_label: str, names: bool) -> str:
+    """Nodes per pool and readiness: a table, not 7,500 lines. Node names (of those not Ready)
+    only on a simulated cluster: on a shared one the harness reports counts, not other tenants' nodes."""
     rows: Counter = Counter()
     not_ready = []
-    for n in core.list_node(_request_timeout=120).items:
-        pool = (n.metadata.labels or {}).get(pool_label, "(no pool label)")
-        ready = any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+    for n in list_all(api, "/api/v1/nodes"):
+        pool = (n["metadata"].get("labels") or {}).get(pool_label, "(no pool label)")
+        ready = has_ready_condition(n)
         rows[(pool, ready)] += 1
         if not ready and len(not_ready) < 50:
-            not_ready.append(n.metadata.name)
+            not_ready.append(n["metadata"]["name"])
     lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
     for pool in sorted({p for p, _ in rows}):
         lines.append(f"{pool:30} {rows[(pool, True)]:>7} {rows[(pool, False)]:>10}")
-    if not_ready:
+    if not_ready and names:
         lines.append("not ready (first 50): " + ", ".join(not_ready))
     return "\n".join(lines)
 
 
-def recent_events(api: client.ApiClient, namespace: str | None, limit: int = 200) -> str:
-    core = client.CoreV1Api(api)
-    if namespace:
-        events = core.list_namespaced_event(namespace, _request_timeout=60).items
-    else:
-        events = core.list_event_for_all_namespaces(field_selector="type=Warning", limit=limit,
-                                                    _request_timeout=60).items
-    events.sort(key=lambda e: str(e.last_timestamp or e.event_time or ""))
+def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
+    """The newest events in the namespaces this run created -- never another tenant's."""
+    events = []
+    for ns in list_raw(api, "/api/v1/namespaces", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]:
+        events += list_raw(api, f"/api/v1/namespaces/{ns['metadata']['name']}/events")["items"]
+    when = lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""  # noqa: E731
+    events.sort(key=when)
     return "\n".join(
-        f"{e.last_timestamp or e.event_time} {e.type:7} {e.reason:24} "
-        f"{e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+        f"{when(e)} {e.get('type', ''):7} {e.get('reason', ''):24} {e['metadata']['namespace']} "
+        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: {e.get('message') or e.get('note')}"
         for e in events[-limit:]) or "(no events)"
 
 

@@ -15,20 +15,13 @@ kube-scheduler and shows these tests fail, naming the cause.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 
-import allure
 import pytest
-from kubernetes import client
 
-from fixtures.burst import Burst, run_burst, schedulable_shared_nodes
-from fixtures.podtimeline import dump, percentile
-from fixtures.run import delete_run_pods, metadata
 from fixtures.stash import PROFILE
-from load.burst_plan import job_names, pods_planned
-from reports.pngplot import scatter
+from fixtures.stats import percentile
+from load.burst_plan import job_names
 
 # Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
 pytestmark = pytest.mark.destructive
@@ -40,51 +33,6 @@ def pytest_generate_tests(metafunc):
     if "job" in metafunc.fixturenames:
         profile = metafunc.config.stash[PROFILE]
         metafunc.parametrize("job", [pytest.param(j, id=j) for j in job_names(profile)])
-
-
-@pytest.fixture(scope="module")
-def burst_namespace(cluster, run_id):
-    """One namespace for the whole burst (every test reads the same burst); pods deleted first."""
-    name = f"cp-{run_id[-4:]}-burst-{os.urandom(2).hex()}"
-    cluster.core.create_namespace({"metadata": metadata(name, run_id)})
-    yield name
-    # Delete the pods explicitly and wait: "nothing left behind" must hold
-    # when the run ends, not whenever the namespace controller gets to it.
-    try:
-        delete_run_pods(cluster.api, name, run_id)
-    finally:
-        try:
-            cluster.core.delete_namespace(name, propagation_policy="Background")
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
-
-
-@pytest.fixture(scope="module")
-def burst(cluster, profile, run_id, burst_namespace, tmp_path_factory) -> Burst:
-    planned = pods_planned(profile)
-    free = schedulable_shared_nodes(cluster.api, profile)
-    if planned > free:
-        pytest.fail(f"the burst ({profile.burst_jobs} jobs x {profile.burst_job_size} whole-node pods = "
-                    f"{planned}) is larger than the {free} schedulable nodes labelled "
-                    f"{profile.pool_label}=shared: lower burst_jobs/burst_job_size", pytrace=False)
-    burst = run_burst(cluster.api, profile, burst_namespace, run_id, tmp_path_factory.mktemp("burst"))
-    _attach(profile, burst.locust, burst.pods, burst.figures)
-    return burst
-
-
-def _attach(profile, result, pods, figures) -> None:
-    allure.attach(json.dumps(figures, indent=2), "burst figures", allure.attachment_type.JSON)
-    allure.attach.file(str(result.stats_csv), "locust stats (create pod, client side)",
-                       allure.attachment_type.CSV)
-    allure.attach(dump(pods), "pod timeline (s since first pod seen)", allure.attachment_type.TEXT)
-    if pods:
-        t0 = min(p.added for p in pods)
-        png = scatter({"blue": [(p.added - t0, p.startup_s) for p in pods if p.startup_s is not None],
-                       "grey": [(p.added - t0, p.bound - p.added) for p in pods if p.bound is not None]},
-                      {"red": profile.slo_pod_startup_p99_s})
-        allure.attach(png, "latency per pod: blue created->Running, grey created->bound, "
-                      "red startup SLO (x: s since first create, y: s)", allure.attachment_type.PNG)
 
 
 def _s(seconds) -> str:

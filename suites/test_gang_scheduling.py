@@ -5,14 +5,15 @@ holds GPUs that another job could use. Every check runs against each gang
 scheduler (test id ``[coscheduling]`` / ``[native]``):
 
 - coscheduling: the Coscheduling plugin (scheduler-plugins v0.34.7, PodGroup
-  CRD). On the embedded cluster the harness starts it as a second scheduler;
-  on an existing cluster ``gang_scheduler_name`` names the one it runs.
+  CRD). On the embedded cluster it runs as a second scheduler, a component
+  of the cluster; on an existing cluster ``gang_scheduler_name`` names the
+  one it runs.
 - native: Kubernetes 1.35's alpha gang scheduling (Workload API,
   ``spec.workloadRef``), if discovery shows it served; otherwise skipped with
   the reason.
 
-Checks 1-3 use a few extra kwok nodes of their own (label and taint
-``clusterproof.io/gang-nodes``) so free capacity is exact; every pod is a
+Checks 1-3 use a few scratch kwok nodes of their own (label and taint
+``clusterproof.io/scratch``) so free capacity is exact; every pod is a
 whole-node GPU pod (``nvidia.com/gpu: 8``). Check 4 runs one gang over the
 profile's pools; its size is profile data (``gang_scale_size``: 50 on smoke,
 4,000 on nightly).
@@ -24,132 +25,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import allure
 import pytest
 
-from fixtures import gang as g
-from fixtures.errors import HarnessError
-from fixtures.profile import node_capacity
-from fixtures.waiting import WaitTimeout
-
-BACKENDS = [pytest.param("coscheduling", id="coscheduling"), pytest.param("native", id="native")]
-BENCH_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
-
-
-# --- fixtures: lifecycle only ---------------------------------------------------
-
-@pytest.fixture(scope="module")
-def coscheduling(cluster, profile, pytestconfig):
-    """The Coscheduling backend; on the embedded cluster, its CRD and scheduler.
-
-    With ``gang_scheduler_name`` empty the harness owns the scheduler: it
-    applies the CRDs from the scheduler-plugins module and starts the
-    plugin's kube-scheduler and PodGroup controller, stopping them (and
-    removing the CRDs) at the end, also after Ctrl-C. A non-empty name is used
-    as is; on the embedded cluster the CRD is still applied (the harness owns
-    that cluster), on an existing one it must already be installed.
-    """
-    from conftest import progress
-    say = progress(pytestconfig)
-    name = profile.gang_scheduler_name
-    backend = g.Backend("coscheduling", name or g.OWN_SCHEDULER, "", 0)
-    cos = None
-    try:
-        if cluster.kwok is not None:
-            cos = g.Coscheduling(cluster.api, cluster.kubeconfig, cluster.kwok.directory / "gang",
-                                 cluster.run_id, profile.gang_scheduler_qps,
-                                 profile.gang_scheduler_burst, profile.gang_unschedulable_flush_s)
-            cos.apply_crds()
-            if not name:
-                say(f"starting Coscheduling (scheduler-plugins {g.toolchain.SCHEDULER_PLUGINS_VERSION}) "
-                    f"as second scheduler {g.OWN_SCHEDULER!r}")
-                cos.start()
-        elif not name:
-            raise HarnessError("gang_scheduler_name is empty: on an existing cluster set it to the "
-                               "schedulerName that runs Coscheduling (e.g. --set "
-                               "gang_scheduler_name=scheduler-plugins-scheduler)")
-        if not g.podgroup_crd_served(cluster.api):
-            raise HarnessError(f"the PodGroup CRD (podgroups.scheduling.x-k8s.io) is not installed on "
-                               f"{cluster.api.configuration.host}: install scheduler-plugins' "
-                               "manifests/coscheduling/crd.yaml, or run on the embedded cluster")
-        backend.description = (f"Coscheduling, scheduler-plugins {g.toolchain.SCHEDULER_PLUGINS_VERSION}, "
-                               f"started by the harness as {g.OWN_SCHEDULER!r}" if cos and not name
-                               else f"schedulerName {name!r} (not started by the harness)")
-        backend.hold_timeout_s = profile.gang_schedule_timeout_s
-    except (HarnessError, WaitTimeout) as e:
-        backend.description = f"unusable: {e}"
-        backend.error = str(e)
-    except BaseException:
-        if cos is not None:
-            cos.stop()
-        raise
-    try:
-        yield backend
-    finally:
-        if cos is not None:
-            cos.stop()
-
-
-@pytest.fixture(scope="module")
-def backends(cluster, coscheduling, pytestconfig, profile):
-    from conftest import progress
-    native = g.native_backend(cluster.api, profile)
-    found = {"coscheduling": coscheduling, "native": native}
-    progress(pytestconfig)(g.progress_line(list(found.values())))
-    return found
-
-
-_probed: dict[str, str | None] = {}
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, backends) -> g.Backend:
-    """The gang scheduler under test; the Allure report and the test id name it."""
-    b = backends[request.param]
-    allure.dynamic.tag(f"gang:{b.name}")
-    allure.dynamic.parameter("gang backend", b.description or b.name)
-    allure.dynamic.label("gang-backends", g.progress_line(list(backends.values())))
-    if b.error:
-        pytest.fail(f"clusterproof: {b.error}", pytrace=False)
-    if b.skip:
-        pytest.skip(b.skip)
-    return b
-
-
-@pytest.fixture
-def dedicated(cluster, profile, run_id, backend, namespace):
-    """``gang_nodes`` extra kwok nodes only this test's pods may use; deleted afterwards.
-
-    Also checks, once per backend, that a scheduler answers to its name
-    (a probe pod), so a scheduler that is not running fails in seconds with
-    one line instead of after every wait has run out.
-    """
-    if not cluster.simulated:
-        pytest.skip("exact-capacity gang checks need dedicated kwok nodes; on real hardware "
-                    "the harness does not create or relabel nodes")
-    tag = f"{run_id[-4:]}-{namespace[-4:]}"
-    names = []
-    try:
-        names = g.create_dedicated_nodes(cluster.api, run_id, tag, profile.gang_nodes,
-                                         profile.node_gpus, node_capacity(profile))
-        place = g.dedicated_placement(tag)
-        _probe(cluster, namespace, run_id, backend, place)
-        yield place
-    finally:
-        g.delete_dedicated_nodes(cluster.api, names)
-
-
-def _probe(cluster, namespace, run_id, backend, place):
-    if backend.name not in _probed:
-        try:
-            g.probe_scheduler(cluster.api, namespace, run_id, backend.scheduler_name, place, 30)
-            _probed[backend.name] = None
-        except HarnessError as e:
-            _probed[backend.name] = str(e)
-    if _probed[backend.name]:
-        pytest.fail(f"clusterproof: {_probed[backend.name]}", pytrace=False)
+from fixtures import gangs as g
+from fixtures.gang_backends import probe_once
+from fixtures.waiting import wait_for
 
 
 # --- checks ---------------------------------------------------------------------
@@ -164,8 +46,7 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
     g.delete_pods(api, namespace, fits.pods)
 
     # One node taken by a plain pod: the next gang is one pod larger than the free nodes.
-    g.create_all(api, namespace, [g.pod_body("blocker", run_id, backend.scheduler_name, dedicated,
-                                             gpus)])
+    g.create_pods(api, namespace, [g.rank("blocker", run_id, backend.scheduler_name, dedicated, gpus)])
     g.wait_pods_bound(api, namespace, ["blocker"], profile.gang_bind_timeout_s, "blocker pod bound")
     [big] = g.create_gangs(api, backend, namespace, run_id, {"one-too-many": n}, dedicated, gpus)
     bound = g.watch_nothing_binds(api, namespace, big.pods, profile.gang_observe_s)
@@ -211,7 +92,7 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
 
     # No capacity held by the waiting gang: a plain pod takes each node left over.
     spare = [f"spare-{i}" for i in range(n - fit * size)]
-    g.create_all(api, namespace, [g.pod_body(s, run_id, backend.scheduler_name, dedicated, gpus)
+    g.create_pods(api, namespace, [g.rank(s, run_id, backend.scheduler_name, dedicated, gpus)
                                   for s in spare])
     with g.explain_partial(api, gangs, "capacity held by a waiting gang", holding=True):
         g.wait_pods_bound(api, namespace, spare, profile.gang_bind_timeout_s,
@@ -242,7 +123,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     [held] = g.create_gangs(api, backend, namespace, run_id, {"never-complete": n}, dedicated, gpus,
                             timeout_s=timeout_s, unsatisfiable=1)
     plain = [f"plain-{i}" for i in range(n)]
-    g.create_all(api, namespace, [g.pod_body(p, run_id, backend.scheduler_name, dedicated, gpus,
+    g.create_pods(api, namespace, [g.rank(p, run_id, backend.scheduler_name, dedicated, gpus,
                                              {"clusterproof.io/plain": "true"}) for p in plain])
     # holding: a gang with nothing bound that still keeps plain pods off its nodes
     # (native 1.35 has no back-off for a timed-out gang: it may re-reserve at once).
@@ -292,12 +173,12 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
                     f"a whole-node gang can use (shared and team pools): lower gang_scale_size or "
                     f"raise nodes", pytrace=False)
     # Pods of earlier tests leave with their namespaces, in the background.
-    g.wait_for(lambda: g.usable_nodes(api, profile.pool_label, ("preflight",), gpus),
-               until=lambda free: free >= size, timeout=180, interval=2,
-               what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
+    wait_for(lambda: g.usable_nodes(api, profile.pool_label, ("preflight",), gpus),
+             until=lambda free: free >= size, timeout=180, interval=2,
+             what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
     place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists",
                               "effect": "NoSchedule"},))
-    _probe(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
+    probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
     [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,
                            timeout_s=profile.gang_scale_timeout_s)
     all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s)
@@ -308,6 +189,4 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
               "admission_latency_s": round(latency, 2),
               "note": "last pod create returned -> last bind seen on the harness' pod watch"}
     allure.attach(json.dumps(figure, indent=2), "gang admission latency", allure.attachment_type.JSON)
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    (BENCH_DIR / f"gang-{backend.name}-{profile.name}.json").write_text(json.dumps(figure, indent=2))
     assert len(state.complete()) == 1

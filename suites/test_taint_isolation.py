@@ -33,176 +33,30 @@ naming the node and the pod.
 """
 from __future__ import annotations
 
-import os
-from collections import Counter
-from dataclasses import dataclass, field
-
 import allure
 import pytest
-import yaml
 from kubernetes import client
 
-from fixtures import taints as t
-from fixtures.admission import TeamRules
-from fixtures.errors import HarnessError
-from fixtures.kube import raw_request
-from fixtures.podtimeline import PodTimeline
-from fixtures.profile import node_plan
-from fixtures.run import RUN_LABEL, delete_run_pods
+from fixtures import placement as pl
+from fixtures.admission import TeamRules, describe_toleration, team_tolerations
+from fixtures.isolation import CHECK_LABEL, check_pod, check_pods
+from fixtures.informer import Informer
+from fixtures.kube import api_message, list_raw, raw_request
+from fixtures.node_taints import borrow_idle_node, create_scratch_nodes
+from fixtures.pods import create_pods, pod_events, terminating, try_create
+from fixtures.run import RUN_LABEL
 from fixtures.stash import PROFILE
 from fixtures.waiting import wait_for
-from fixtures.watch import list_raw
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
+EVICTION_REASON = "TaintManagerEviction"       # kube-controller-manager's taint-eviction-controller
+PREEMPTED_REASON = "Preempted"                 # kube-scheduler, on the victim
 
 
 def pytest_generate_tests(metafunc):
     if "foreign_mode" in metafunc.fixturenames:
         mode = metafunc.config.stash[PROFILE].team_foreign_toleration
         metafunc.parametrize("foreign_mode", [pytest.param(mode, id=mode)])
-
-
-# --- fixtures: lifecycle only -------------------------------------------------------
-
-@dataclass
-class Isolation:
-    """What the checks run against: rules, admission step, team pools, low-priority class."""
-    rules: TeamRules
-    admission: t.Admission | None = None
-    named: dict[str, str] = field(default_factory=dict)        # team -> existing namespace (profile)
-    pool_of: dict[str, str] = field(default_factory=dict)      # node -> pool
-    pools: list[str] = field(default_factory=list)             # column order of the placement table
-    low_value: int | None = None
-    error: str | None = None
-    placement: dict[str, Counter] = field(default_factory=dict)  # every check's pods, for the summary
-
-
-@pytest.fixture(scope="module")
-def _isolation(cluster, profile, run_id, pytestconfig):
-    """The admission step, the low-priority PriorityClass and the team pools; undone at the end.
-
-    ``team_admission`` decides: the harness's policies (installed here,
-    removed at the end, also after Ctrl-C), the deliberately broken
-    wildcard policy (negative control only), or the cluster's own admission
-    (nothing installed; the PriorityClass must then exist). Mistakes (a team
-    without nodes, a named namespace without the team label, the policy API
-    not served) are kept as one line that every check fails with.
-    """
-    from conftest import progress
-    say = progress(pytestconfig)
-    api = cluster.api
-    iso = Isolation(TeamRules.from_profile(profile), named=t.parse_team_namespaces(profile.team_namespaces))
-    kind = t.resolve_admission(profile.team_admission, cluster.simulated)
-    created_pc = False
-    try:
-        nodes = t.read_nodes(api, profile.pool_label)
-        iso.pool_of = {n: info.pool for n, info in nodes.items()}
-        iso.pools = [p.name for p in node_plan(profile)] + ["scratch"]
-        have = Counter(iso.pool_of.values())
-        empty = [team for team in profile.teams if not have.get(f"team-{team}")]
-        if empty:
-            raise HarnessError(f"team {', '.join(empty)} has no nodes: no node on {api.configuration.host} is "
-                               f"labelled {profile.pool_label}=team-<team>; fix teams in the profile or label "
-                               "the team's nodes")
-        for team, ns in iso.named.items():
-            t.check_named_namespace(api, iso.rules, team, ns)
-        if kind == "cluster":
-            iso.admission = t.Admission("cluster", f"the cluster's own admission at {api.configuration.host} "
-                                                   "(the harness installs nothing)")
-        else:
-            iso.admission = t.install_admission(api, iso.rules, run_id, kind, tuple(iso.named.values()))
-            allure.attach(yaml.safe_dump_all(iso.admission.manifests, sort_keys=False),
-                          "admission policies installed", allure.attachment_type.YAML)
-        iso.low_value, created_pc = t.ensure_priority_class(api, profile.low_priority_class,
-                                                            profile.low_priority_value, run_id,
-                                                            create=kind != "cluster")
-        say(f"taint isolation: {iso.admission.description}; low-priority class "
-            f"{profile.low_priority_class} (value {iso.low_value})")
-    except HarnessError as e:
-        iso.error = str(e)
-    except BaseException:
-        _undo(api, iso, created_pc, profile)
-        raise
-    try:
-        yield iso
-    finally:
-        if iso.placement:
-            allure.attach(t.render_placement(iso.placement, iso.pools, list(profile.teams)),
-                          "placement of every check's pods (pods per team per node pool)",
-                          allure.attachment_type.TEXT)
-        _undo(api, iso, created_pc, profile)
-
-
-def _undo(api, iso: Isolation, created_pc: bool, profile) -> None:
-    if iso.admission is not None:
-        iso.admission.remove(api)
-    if created_pc:
-        t.delete_priority_class(api, profile.low_priority_class)
-
-
-@pytest.fixture
-def isolation(_isolation, cluster):
-    allure.dynamic.tag(f"team-admission:{_isolation.admission.kind if _isolation.admission else 'none'}")
-    if _isolation.admission is not None:
-        allure.dynamic.parameter("admission step", _isolation.admission.description)
-    if _isolation.error:
-        pytest.fail(f"clusterproof: {_isolation.error}", pytrace=False)
-    return _isolation
-
-
-@pytest.fixture
-def team_ns(cluster, isolation, run_id, request, profile):
-    """{team: namespace} for this test: created and labelled (deleted afterwards), or the profile's.
-
-    Waits until the admission step acts on each one (a dry-run pod gets the
-    team's toleration): policies and new namespaces reach the apiserver's
-    admission caches asynchronously.
-    """
-    api, rules = cluster.api, isolation.rules
-    created, out = [], {}
-    suffix = os.urandom(2).hex()
-    try:
-        for team in profile.teams:
-            if team in isolation.named:
-                out[team] = isolation.named[team]
-                continue
-            ns = f"cp-{run_id[-4:]}-{team[:30]}-{suffix}".lower()
-            t.create_namespace(api, ns, run_id, {rules.namespace_label: team})
-            created.append(ns)
-            out[team] = ns
-        kind = isolation.admission.kind
-        for i, team in enumerate(profile.teams):
-            other = profile.teams[(i + 1) % len(profile.teams)] if len(profile.teams) > 1 else None
-            try:
-                wait_for(lambda: t.admission_probe(api, rules, out[team], team, other, kind, run_id),
-                         until=lambda why: why is None, timeout=30, interval=0.5,
-                         what=f"admission acting on namespace {out[team]} (team {team})")
-            except AssertionError as e:
-                if kind != "cluster":
-                    raise HarnessError(f"the harness's admission policies did not take effect: {e}") from None
-        yield out
-    finally:
-        for ns in created:
-            t.delete_namespace(api, ns)
-        for team, ns in out.items():
-            if ns not in created:
-                delete_run_pods(api, ns, run_id)
-
-
-def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
-    """Attach the per-team placement table of this check's pods (also kept for the module summary)."""
-    pod_list = [p for ns in namespaces for p in t.pods(cluster.api, ns).values()]
-    unknown = {p["spec"].get("nodeName") for p in pod_list} - set(isolation.pool_of) - {None}
-    if unknown:
-        isolation.pool_of.update({n: i.pool for n, i in t.read_nodes(cluster.api, cluster.profile.pool_label).items()})
-    counts = t.placement_counts(pod_list, isolation.pool_of, team_of, isolation.rules.low_priority_class)
-    for row, c in counts.items():
-        isolation.placement.setdefault(row, Counter()).update(c)
-    teams = list(isolation.rules.teams)
-    allure.attach(t.render_placement(counts, isolation.pools, teams),
-                  f"placement: {title} (pods per team per node pool)", allure.attachment_type.TEXT)
-    allure.attach(t.placement_csv(counts, isolation.pools, teams), f"placement: {title} (csv)",
-                  allure.attachment_type.CSV)
 
 
 def _names(items: list[str]) -> str:
@@ -214,9 +68,13 @@ def _team_of(team_ns: dict[str, str]) -> dict[str, str]:
     return {ns: team for team, ns in team_ns.items()}
 
 
+def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
+    isolation.attach_placement(cluster.api, cluster.profile.pool_label, namespaces, team_of, title)
+
+
 def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:
     """None if the pod's team-related tolerations are exactly ``want``; else what is wrong."""
-    got = t.team_tolerations(rules, pod)
+    got = team_tolerations(rules, pod)
     norm = lambda x: (x.get("key", ""), x.get("operator") or "Equal", x.get("value", ""),  # noqa: E731
                       x.get("effect", ""), x.get("tolerationSeconds"))
     if sorted(map(norm, got)) == sorted(map(norm, want)):
@@ -224,10 +82,10 @@ def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:
     wild = [x for x in got if (x.get("operator") == "Exists")]
     where = f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']}"
     if wild:
-        return (f"{where} got a wildcard toleration ({', '.join(map(t.describe_toleration, wild))}), "
-                f"not exactly {', '.join(map(t.describe_toleration, want)) or 'none'}")
-    return (f"{where} has team tolerations [{', '.join(map(t.describe_toleration, got)) or 'none'}], "
-            f"not exactly [{', '.join(map(t.describe_toleration, want)) or 'none'}]")
+        return (f"{where} got a wildcard toleration ({', '.join(map(describe_toleration, wild))}), "
+                f"not exactly {', '.join(map(describe_toleration, want)) or 'none'}")
+    return (f"{where} has team tolerations [{', '.join(map(describe_toleration, got)) or 'none'}], "
+            f"not exactly [{', '.join(map(describe_toleration, want)) or 'none'}]")
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -238,17 +96,19 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
                                                                  profile):
     api, n = cluster.api, profile.taint_untolerated_pods
     names = [f"untolerated-{i:05d}" for i in range(n)]
-    timeline = PodTimeline(api, namespace, f"{t.CHECK_LABEL}=untolerated").start()
+    # An informer, not a LIST per poll: at 3,000 pods polling would cost more than the scheduler.
+    watch = Informer(api, f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{CHECK_LABEL}=untolerated"},
+                     chunk_s=5).start()
     try:
-        t.create_pods(api, namespace, [t.pod_body(x, run_id, "untolerated", gpus=profile.node_gpus)
-                                       for x in names])
-        placed, events = t.wait_settled(
-            api, namespace, names, profile.taint_timeout_s,
+        created = create_pods(api, namespace, [check_pod(x, run_id, "untolerated", gpus=profile.node_gpus)
+                                               for x in names])
+        placed, events = pl.wait_settled(
+            api, namespace, created, profile.taint_timeout_s,
             f"{n} whole-node pods without team toleration bound or refused by the scheduler",
-            nodes_of=lambda: {p.name: p.node for p in timeline.snapshot()})
+            nodes_of=lambda: {p["metadata"]["name"]: p["spec"].get("nodeName") for p in watch.snapshot()})
     finally:
-        timeline.stop()
-    nodes = t.read_nodes(api, profile.pool_label)
+        watch.stop()
+    nodes = pl.read_nodes(api, profile.pool_label)
     _placement(cluster, isolation, [namespace], {}, "pods without team toleration")
     guarded = sum(1 for i in nodes.values() if i.pool.startswith("team-") and i.has_taint(profile.team_taint_key)
                   and not i.unschedulable)
@@ -266,7 +126,7 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
             continue
         pending += 1
         msgs = events.get(name, [])
-        count = t.untolerated_count(msgs)
+        count = pl.untolerated_count(msgs)
         if count is None:
             bad.append(f"pod {namespace}/{name} is Pending without an untolerated-taint FailedScheduling "
                        f"event (last: {msgs[-1] if msgs else 'none'})")
@@ -288,18 +148,18 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
     for i, team in enumerate(teams):
         ns, other = team_ns[team], (teams[(i + 1) % len(teams)] if len(teams) > 1 else None)
         sel = lambda pool: {profile.pool_label: pool}  # noqa: E731
-        bodies = [t.pod_body(f"{team}-own-pool", run_id, "exact", node_selector=sel(f"team-{team}")),
-                  t.pod_body(f"{team}-pretolerated", run_id, "exact",
+        bodies = [check_pod(f"{team}-own-pool", run_id, "exact", node_selector=sel(f"team-{team}")),
+                  check_pod(f"{team}-pretolerated", run_id, "exact",
                              tolerations=[rules.toleration(team), unrelated]),
-                  *[t.pod_body(f"{team}-anywhere-{k}", run_id, "exact") for k in range(3)]]
+                  *[check_pod(f"{team}-anywhere-{k}", run_id, "exact") for k in range(3)]]
         if has_shared:
-            bodies.append(t.pod_body(f"{team}-shared-pool", run_id, "exact", node_selector=sel("shared"),
+            bodies.append(check_pod(f"{team}-shared-pool", run_id, "exact", node_selector=sel("shared"),
                                      tolerations=[]))
         if other:
-            bodies.append(t.pod_body(f"{team}-into-{other}", run_id, "exact",
+            bodies.append(check_pod(f"{team}-into-{other}", run_id, "exact",
                                      node_selector=sel(f"team-{other}")))
             off_limits[(ns, f"{team}-into-{other}")] = other
-        admitted[ns] = t.create_pods(api, ns, bodies)
+        admitted[ns] = create_pods(api, ns, bodies)
         required[ns] = {b["metadata"]["name"] for b in bodies} - {f"{team}-into-{other}"}
         for pod in admitted[ns].values():
             why = _exact(rules, pod, [rules.toleration(team)])
@@ -307,8 +167,8 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
                 wrong_tols.append(why)
         if unrelated not in admitted[ns][f"{team}-pretolerated"]["spec"]["tolerations"]:
             wrong_tols.append(f"pod {ns}/{team}-pretolerated lost its own toleration "
-                              f"{t.describe_toleration(unrelated)} in admission")
-    settled = {ns: t.wait_settled(api, ns, sorted(admitted[ns]), profile.taint_timeout_s,
+                              f"{describe_toleration(unrelated)} in admission")
+    settled = {ns: pl.wait_settled(api, ns, admitted[ns], profile.taint_timeout_s,
                                   f"team pods in {ns} bound (or, if sent to another team's pool, refused)",
                                   bound=required[ns]) for ns in admitted}
     _placement(cluster, isolation, list(admitted), _team_of(team_ns), "team pods")
@@ -320,7 +180,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
             if (ns, name) in off_limits:
                 if node:
                     bad.append(f"pod {ns}/{name} of team {team} landed on node {node} of pool {pool}")
-                elif t.untolerated_count(ev.get(name, [])) is None:
+                elif pl.untolerated_count(ev.get(name, [])) is None:
                     bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint event "
                                f"(last: {(ev.get(name) or ['none'])[-1]})")
             elif node and pool not in (f"team-{team}", "shared"):
@@ -348,46 +208,46 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
         attempts.insert(0, (team_ns[team], f"{team}-claims-{other}", [rules.toleration(other)], target))
     bad, outcome, created = [], [], {}
     for ns, name, tols, pool in attempts:
-        pod, err = t.try_create(api, ns, t.pod_body(name, run_id, "foreign", node_selector=sel(pool),
+        pod, err = try_create(api, ns, check_pod(name, run_id, "foreign", node_selector=sel(pool),
                                                     tolerations=tols))
-        claim = ", ".join(map(t.describe_toleration, tols))
-        outcome.append(f"{ns}/{name} ({claim}): " + (f"refused: {t.api_message(err)}" if err else "created"))
+        claim = ", ".join(map(describe_toleration, tols))
+        outcome.append(f"{ns}/{name} ({claim}): " + (f"refused: {api_message(err)}" if err else "created"))
         if foreign_mode == "reject" and pod is not None:
             bad.append(f"pod {ns}/{name} tolerating {claim} was admitted (team_foreign_toleration: reject)")
         elif foreign_mode == "correct":
             if err is not None:
-                bad.append(f"pod {ns}/{name} tolerating {claim} was refused ({t.api_message(err)}), but "
+                bad.append(f"pod {ns}/{name} tolerating {claim} was refused ({api_message(err)}), but "
                            "team_foreign_toleration is correct")
                 continue
-            created.setdefault(ns, []).append(name)
+            created.setdefault(ns, {})[name] = pod
             own = _team_of(team_ns).get(ns, "")
-            kept = [x for x in t.team_tolerations(rules, pod) if rules.is_foreign(x, own, False)]
+            kept = [x for x in team_tolerations(rules, pod) if rules.is_foreign(x, own, False)]
             if kept:
                 bad.append(f"pod {ns}/{name} kept foreign toleration(s) "
-                           f"{', '.join(map(t.describe_toleration, kept))} (team_foreign_toleration: correct)")
+                           f"{', '.join(map(describe_toleration, kept))} (team_foreign_toleration: correct)")
     # A running pod that adds another team's toleration later.
     ns = team_ns[team]
-    t.create_pods(api, ns, [t.pod_body(f"{team}-later", run_id, "foreign-update", node_selector=sel(f"team-{team}"))])
-    t.wait_settled(api, ns, [f"{team}-later"], profile.taint_timeout_s, f"pod {ns}/{team}-later bound",
-                   bound={f"{team}-later"})
+    later = create_pods(api, ns, [check_pod(f"{team}-later", run_id, "foreign-update",
+                                            node_selector=sel(f"team-{team}"))])
+    pl.wait_settled(api, ns, later, profile.taint_timeout_s, f"pod {ns}/{team}-later bound", bound=set(later))
     sneak = rules.toleration(other) if other else key_exists
     try:
         raw_request(api, "PATCH", f"/api/v1/namespaces/{ns}/pods/{team}-later",
                     headers={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
                     body=[{"op": "add", "path": "/spec/tolerations/-", "value": sneak}]).data
-        after = t.pods(api, ns, "foreign-update")[f"{team}-later"]
-        if any(rules.is_foreign(x, team, False) for x in t.team_tolerations(rules, after)):
-            bad.append(f"pod {ns}/{team}-later was allowed to add {t.describe_toleration(sneak)} while running")
-        outcome.append(f"{ns}/{team}-later: update adding {t.describe_toleration(sneak)} accepted")
+        after = check_pods(api, ns, "foreign-update")[f"{team}-later"]
+        if any(rules.is_foreign(x, team, False) for x in team_tolerations(rules, after)):
+            bad.append(f"pod {ns}/{team}-later was allowed to add {describe_toleration(sneak)} while running")
+        outcome.append(f"{ns}/{team}-later: update adding {describe_toleration(sneak)} accepted")
     except client.ApiException as e:
         if e.status >= 500:
             raise
-        outcome.append(f"{ns}/{team}-later: update adding {t.describe_toleration(sneak)} refused: {t.api_message(e)}")
+        outcome.append(f"{ns}/{team}-later: update adding {describe_toleration(sneak)} refused: {api_message(e)}")
     # Corrected pods were sent to a pool they may not use: they must stay off it.
-    for ns, names in created.items():
-        now, ev = t.wait_settled(api, ns, names, profile.taint_timeout_s,
-                                 f"corrected pods in {ns} refused by the scheduler")
-        for name in names:
+    for ns, pods in created.items():
+        now, ev = pl.wait_settled(api, ns, pods, profile.taint_timeout_s,
+                                  f"corrected pods in {ns} refused by the scheduler")
+        for name in pods:
             node = now[name]
             if node:
                 bad.append(f"pod {ns}/{name} landed on node {node} of pool {isolation.pool_of.get(node)} "
@@ -405,19 +265,19 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
     low = profile.low_priority_class
 
     def idle():
-        nodes, busy = t.read_nodes(api, profile.pool_label), t.busy_nodes(api)
+        nodes, busy = pl.read_nodes(api, profile.pool_label), pl.busy_nodes(api)
         return {team: sorted(n for n, i in nodes.items() if i.pool == f"team-{team}" and i.ready
                              and not i.unschedulable and not busy[n])[:k] for team in teams}
     chosen = wait_for(idle, until=lambda c: all(len(v) == k for v in c.values()), timeout=profile.taint_timeout_s,
                       interval=2, what=f"{k} idle node(s) in every team pool (earlier pods gone)")
     lows = {f"low-{team}-{i}": team for team in teams for i in range(k)}
-    admitted = t.create_pods(api, namespace, [
-        t.pod_body(name, run_id, "borrow", gpus=profile.node_gpus, priority_class=low, hostnames=chosen[team])
+    admitted = create_pods(api, namespace, [
+        check_pod(name, run_id, "borrow", gpus=profile.node_gpus, priority_class=low, hostnames=chosen[team])
         for name, team in lows.items()])
     bad = [why for pod in admitted.values()
            if (why := _exact(rules, pod, [rules.toleration(x) for x in teams]))]
-    now, _ = t.wait_settled(api, namespace, sorted(lows), profile.taint_timeout_s,
-                            f"{len(lows)} low-priority pods bound on idle team nodes", bound=set(lows))
+    now, _ = pl.wait_settled(api, namespace, admitted, profile.taint_timeout_s,
+                             f"{len(lows)} low-priority pods bound on idle team nodes", bound=set(lows))
     for name, team in lows.items():
         node = now[name]
         if node not in chosen[team]:
@@ -428,26 +288,25 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
     # The teams want their nodes back: one whole-node pod per borrowed node.
     wanted = {}
     for team in teams:
-        names = [f"{team}-reclaim-{i}" for i in range(k)]
-        t.create_pods(api, team_ns[team], [t.pod_body(x, run_id, "reclaim", gpus=profile.node_gpus,
-                                                      hostnames=chosen[team]) for x in names])
-        wanted[team_ns[team]] = names
-    for ns, names in wanted.items():
+        wanted[team_ns[team]] = create_pods(api, team_ns[team], [
+            check_pod(f"{team}-reclaim-{i}", run_id, "reclaim", gpus=profile.node_gpus, hostnames=chosen[team])
+            for i in range(k)])
+    for ns, pods in wanted.items():
         try:
-            t.wait_settled(api, ns, names, profile.taint_timeout_s, f"team pods in {ns} bound on their nodes",
-                           bound=set(names))
+            pl.wait_settled(api, ns, pods, profile.taint_timeout_s, f"team pods in {ns} bound on their nodes",
+                            bound=set(pods))
         except AssertionError as e:
-            left = t.pods(api, namespace, "borrow")
-            still = [f"{n} on {p['spec'].get('nodeName')}" for n, p in left.items() if not t.gone_or_going(p)]
+            left = check_pods(api, namespace, "borrow")
+            still = [f"{n} on {p['spec'].get('nodeName')}" for n, p in left.items() if not terminating(p)]
             bad.append(f"{str(e).splitlines()[0]}; low-priority pods not preempted: {', '.join(still) or 'none'}")
     _placement(cluster, isolation, list(team_ns.values()), _team_of(team_ns), "teams reclaiming their nodes")
-    left = t.pods(api, namespace, "borrow")
+    left = check_pods(api, namespace, "borrow")
     for name, pod in left.items():
-        if not t.gone_or_going(pod) and pod["spec"].get("nodeName") in holders:
+        if not terminating(pod) and pod["spec"].get("nodeName") in holders:
             bad.append(f"low-priority pod {namespace}/{name} still runs on {pod['spec']['nodeName']} "
                        "after its team reclaimed the node")
     try:
-        wait_for(lambda: t.events(api, namespace, t.PREEMPTED_REASON), until=lambda ev: set(lows) <= set(ev),
+        wait_for(lambda: pod_events(api, namespace, PREEMPTED_REASON, admitted), until=lambda ev: set(lows) <= set(ev),
                  timeout=30, interval=1, what="a Preempted event for every low-priority pod")
     except AssertionError as e:
         bad.append(str(e))
@@ -456,8 +315,8 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
 
 def _scratch(cluster, profile, run_id, tag, taints=()):
     if cluster.simulated:
-        return t.create_scratch_node(cluster.api, profile, run_id, tag, list(taints))
-    return t.borrow_idle_node(cluster.api, profile, run_id, list(taints))
+        return create_scratch_nodes(cluster.api, profile, run_id, tag, taints=list(taints))[0]
+    return borrow_idle_node(cluster.api, profile, run_id, list(taints))
 
 
 @pytest.mark.smoke
@@ -477,34 +336,35 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
         tolerant = (team_ns[team], f"team-{team}-tolerates-noexecute",
                     [node.toleration, {"key": rules.taint_key, "operator": "Equal", "value": team,
                                        "effect": "NoExecute"}])
-        for ns, name, tols in [*plan, tolerant]:
-            t.create_pods(api, ns, [t.pod_body(name, run_id, "evict", tolerations=tols, **here)])
-        sel = f"{t.CHECK_LABEL}=evict,{RUN_LABEL}={run_id}"
+        created = {(ns, name): create_pods(api, ns, [check_pod(name, run_id, "evict", tolerations=tols, **here)])
+                   for ns, name, tols in [*plan, tolerant]}
+        sel = f"{CHECK_LABEL}=evict,{RUN_LABEL}={run_id}"
         wait_for(lambda: {p["metadata"]["name"]: p["status"].get("phase")
                           for p in list_raw(api, "/api/v1/pods", {"labelSelector": sel})["items"]},
                  until=lambda s: len(s) == len(plan) + 1 and all(v == "Running" for v in s.values()),
                  timeout=profile.taint_timeout_s, interval=0.5, what=f"pods Running on {node.name}")
 
         node.taint(noschedule)
-        disturbed = t.watch_for_changes(api, sel, profile.taint_observe_s, _left_running)
+        disturbed = pl.watch_for_changes(api, sel, profile.taint_observe_s, _left_running)
         bad = [f"pod {p} {why} after {node.name} got {noschedule['key']}={team}:NoSchedule"
                for p, why in disturbed.items()]
 
         node.taint(noexecute)
         victims = {(ns, name) for ns, name, _ in plan}
         try:
-            wait_for(lambda: {(ns, n) for ns, n in victims if t.gone_or_going(t.pods(api, ns, "evict").get(n))},
+            wait_for(lambda: {(ns, n) for ns, n in victims if terminating(check_pods(api, ns, "evict").get(n))},
                      until=lambda gone: gone == victims, timeout=profile.taint_timeout_s, interval=0.5,
                      what=f"pods without a NoExecute toleration evicted from {node.name}")
         except AssertionError as e:
             bad.append(f"{e} (node {node.name} has {rules.taint_key}={team}:NoExecute)")
         for ns, name in sorted(victims):
             try:
-                wait_for(lambda: t.events(api, ns, t.EVICTION_REASON).get(name), timeout=30, interval=1,
-                         what=f"a {t.EVICTION_REASON} event for pod {ns}/{name}")
+                wait_for(lambda: pod_events(api, ns, EVICTION_REASON, created[(ns, name)]).get(name),
+                         timeout=30, interval=1,
+                         what=f"a {EVICTION_REASON} event for pod {ns}/{name}")
             except AssertionError as e:
                 bad.append(str(e))
-        survived = t.watch_for_changes(api, f"{t.CHECK_LABEL}=evict,{RUN_LABEL}={run_id}",
+        survived = pl.watch_for_changes(api, f"{CHECK_LABEL}=evict,{RUN_LABEL}={run_id}",
                                        profile.taint_observe_s,
                                        lambda kind, p: _left_running(kind, p)
                                        if p["metadata"]["name"] == tolerant[1] else None)
@@ -531,26 +391,25 @@ def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace,
     """Observational (safe on any cluster): pods that may go only to nodes carrying the preflight
     taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending."""
     api, rules = cluster.api, isolation.rules
-    nodes = t.read_nodes(api, profile.pool_label)
+    nodes = pl.read_nodes(api, profile.pool_label)
     pre = sorted(n for n, i in nodes.items() if i.has_taint(profile.preflight_taint_key))
     if not pre:
         pytest.skip(f"no node carries the preflight taint {profile.preflight_taint_key}: nothing to observe")
     team = profile.teams[0]
     hosts = pre[:50]
-    plan = {namespace: [t.pod_body("no-team", run_id, "preflight", hostnames=hosts),
-                        t.pod_body("low-priority", run_id, "preflight", hostnames=hosts,
+    plan = {namespace: [check_pod("no-team", run_id, "preflight", hostnames=hosts),
+                        check_pod("low-priority", run_id, "preflight", hostnames=hosts,
                                    priority_class=profile.low_priority_class)],
-            team_ns[team]: [t.pod_body(f"team-{team}", run_id, "preflight", hostnames=hosts)]}
+            team_ns[team]: [check_pod(f"team-{team}", run_id, "preflight", hostnames=hosts)]}
     bad = []
     for ns, bodies in plan.items():
-        t.create_pods(api, ns, bodies)
-        now, ev = t.wait_settled(api, ns, [b["metadata"]["name"] for b in bodies], profile.taint_timeout_s,
-                                 f"pods aimed at the {len(pre)} preflight node(s) refused by the scheduler")
+        now, ev = pl.wait_settled(api, ns, create_pods(api, ns, bodies), profile.taint_timeout_s,
+                                  f"pods aimed at the {len(pre)} preflight node(s) refused by the scheduler")
         for name, node in now.items():
             if node:
                 bad.append(f"pod {ns}/{name} landed on {node}, which carries "
                            f"{profile.preflight_taint_key}")
-            elif t.untolerated_count(ev.get(name, [])) is None:
+            elif pl.untolerated_count(ev.get(name, [])) is None:
                 bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint event")
     # And no pod of this run, anywhere, sits on a node carrying the preflight taint.
     for p in list_raw(api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]:
@@ -571,29 +430,28 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
     team = profile.teams[0]
     try:
         here = dict(node_selector=node.selector, tolerations=[node.toleration])
-        plan = {namespace: [t.pod_body("no-team", run_id, "new-node", **here),
-                            t.pod_body("low-priority", run_id, "new-node",
+        plan = {namespace: [check_pod("no-team", run_id, "new-node", **here),
+                            check_pod("low-priority", run_id, "new-node",
                                        priority_class=profile.low_priority_class, **here)],
-                team_ns[team]: [t.pod_body(f"team-{team}", run_id, "new-node", **here)]}
-        bad = []
+                team_ns[team]: [check_pod(f"team-{team}", run_id, "new-node", **here)]}
+        bad, created = [], {}
         for ns, bodies in plan.items():
-            t.create_pods(api, ns, bodies)
-            now, ev = t.wait_settled(api, ns, [b["metadata"]["name"] for b in bodies], profile.taint_timeout_s,
-                                     f"pods aimed at new node {node.name} refused while it carries the preflight taint")
+            created[ns] = create_pods(api, ns, bodies)
+            now, ev = pl.wait_settled(api, ns, created[ns], profile.taint_timeout_s,
+                                      f"pods aimed at new node {node.name} refused while it carries the preflight taint")
             bad += [f"pod {ns}/{n} landed on {where} while {node.name} carries {profile.preflight_taint_key}"
                     for n, where in now.items() if where]
             bad += [f"pod {ns}/{n} is Pending without an untolerated-taint event" for n, where in now.items()
-                    if not where and t.untolerated_count(ev.get(n, [])) is None]
-        sel = f"{t.CHECK_LABEL}=new-node,{RUN_LABEL}={run_id}"
-        early = t.watch_for_changes(api, sel, profile.taint_observe_s,
+                    if not where and pl.untolerated_count(ev.get(n, [])) is None]
+        sel = f"{CHECK_LABEL}=new-node,{RUN_LABEL}={run_id}"
+        early = pl.watch_for_changes(api, sel, profile.taint_observe_s,
                                     lambda kind, p: p["spec"].get("nodeName") and f"bound to {p['spec']['nodeName']}")
         bad += [f"pod {p} was {why} while the preflight taint was on" for p, why in early.items()]
 
         node.untaint(preflight)
-        for ns, bodies in plan.items():
-            names = [b["metadata"]["name"] for b in bodies]
-            now, _ = t.wait_settled(api, ns, names, profile.taint_timeout_s,
-                                    f"pods bound once {node.name} lost its preflight taint", bound=set(names))
+        for ns, pods in created.items():
+            now, _ = pl.wait_settled(api, ns, pods, profile.taint_timeout_s,
+                                     f"pods bound once {node.name} lost its preflight taint", bound=set(pods))
             bad += [f"pod {ns}/{n} went to {where}, not the new node {node.name}"
                     for n, where in now.items() if where != node.name]
         _placement(cluster, isolation, list(plan), _team_of(team_ns), "new node behind the preflight taint")
