@@ -53,3 +53,26 @@ def allure_results(tmp_path: Path) -> dict[str, dict]:
         r = json.loads(f.read_text())
         out[r["name"]] = r
     return out
+
+
+def run_leftovers(api, run_id: str) -> list[str]:
+    """Everything the run ``run_id`` has on the cluster: namespaces, pods, the cluster-scoped
+    kinds a run creates, scratch nodes, and taint records on nodes it borrowed."""
+    from fixtures.kube import get_if_present, list_raw
+    from fixtures.node_taints import added_taints_key
+    from fixtures.run import RUN_LABEL, SCRATCH_LABEL
+    from fixtures.sweep import CLUSTER_SCOPED
+    sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
+    left = [f"namespace {n['metadata']['name']}" for n in list_raw(api, "/api/v1/namespaces", sel)["items"]]
+    left += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}"
+             for p in list_raw(api, "/api/v1/pods", sel)["items"]]
+    for path in CLUSTER_SCOPED:
+        left += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
+                 for o in (get_if_present(api, path, sel) or {}).get("items", [])]
+    for n in list_raw(api, "/api/v1/nodes")["items"]:
+        meta = n["metadata"]
+        if SCRATCH_LABEL in (meta.get("labels") or {}) and meta["labels"].get(RUN_LABEL) == run_id:
+            left.append(f"scratch node {meta['name']}")
+        if added_taints_key(run_id) in (meta.get("annotations") or {}):
+            left.append(f"added-taints record of {run_id} on node {meta['name']}")
+    return left

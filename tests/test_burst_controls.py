@@ -21,7 +21,7 @@ import yaml
 
 from fixtures.run import RUN_LABEL, new_run_id
 from fixtures.waiting import wait_for
-from fixtures.watch import list_raw
+from fixtures.kube import list_raw
 from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest

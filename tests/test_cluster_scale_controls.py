@@ -92,5 +92,5 @@ def test_scale_suite_names_missing_untainted_and_misshaped_nodes(broken_cluster,
     assert failed["status"] == "failed"
     names = {a["name"] for a in failed.get("attachments", [])} | {
         a["name"] for step in failed.get("steps", []) for a in step.get("attachments", [])}
-    assert {"cluster summary", "events"} <= names, names
+    assert {"cluster summary", "events in this run's namespaces"} <= names, names
     assert "simulated" in {t["value"] for t in failed["labels"] if t["name"] == "tag"}

@@ -17,7 +17,8 @@ import os
 
 import pytest
 
-from fixtures import gang as g
+from fixtures import coscheduling
+from fixtures import gangs as g
 from fixtures.waiting import wait_for
 from tests.harness import allure_results, run_pytest
 
@@ -45,17 +46,16 @@ def _assert_nothing_left(cluster, run_id):
 
 
 @pytest.fixture
-def podgroup_crd(cluster, run_id, tmp_path):
-    """The PodGroup CRD on this session's cluster (as the suite applies it), removed afterwards."""
-    cos = g.Coscheduling(cluster.api, cluster.kubeconfig, tmp_path, run_id, 50, 100)
+def without_podgroup_crd(cluster, run_id):
+    """This session's cluster without the PodGroup CRD (it has it from the start); put back afterwards."""
+    coscheduling.remove_crds(cluster.api, [coscheduling.PODGROUP_CRD])
     try:
-        cos.apply_crds()
         yield
     finally:
-        cos.stop()
+        coscheduling.apply_crds(cluster.api, run_id)
 
 
-def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, tmp_path):
+def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, without_podgroup_crd, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=clusterproof-coscheduling",
                        select="coscheduling and not large", timeout=300)
     assert run.returncode == 1, run.output[-3000:]
@@ -66,8 +66,7 @@ def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, tmp_path):
     _assert_nothing_left(cluster, run_id)
 
 
-def test_stock_scheduler_fails_naming_the_partially_bound_gang(cluster, profile, podgroup_crd,
-                                                               tmp_path):
+def test_stock_scheduler_fails_naming_the_partially_bound_gang(cluster, profile, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=default-scheduler",
                        "gang_bind_timeout_s=20", "gang_observe_s=10",
                        select="coscheduling and not large")
@@ -83,7 +82,7 @@ def test_stock_scheduler_fails_naming_the_partially_bound_gang(cluster, profile,
     _assert_nothing_left(cluster, run_id)
 
 
-def test_scheduler_that_is_not_running_fails_fast(cluster, profile, podgroup_crd, tmp_path):
+def test_scheduler_that_is_not_running_fails_fast(cluster, profile, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=clusterproof-nobody",
                        timeout=300)
     assert run.returncode == 1, run.output[-3000:]
@@ -93,7 +92,7 @@ def test_scheduler_that_is_not_running_fails_fast(cluster, profile, podgroup_crd
     _assert_nothing_left(cluster, run_id)
 
 
-def test_gang_larger_than_the_cluster_is_one_clear_line(cluster, profile, podgroup_crd, tmp_path):
+def test_gang_larger_than_the_cluster_is_one_clear_line(cluster, profile, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=default-scheduler",
                        "gang_scale_size=100000", select="large and coscheduling", timeout=300)
     assert run.returncode == 1, run.output[-3000:]

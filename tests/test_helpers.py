@@ -1,16 +1,20 @@
-"""Unit tests of pure helpers (no cluster): profiles, quantiles, sweeping, waiting."""
+"""Unit tests of pure helpers (no cluster): profiles, percentiles, latency windows, the
+sweeper's verdicts, the informer's relist, the permission list, waiting."""
 from __future__ import annotations
 
 import datetime as dt
 import math
-import socket
 
 import pytest
 
-from fixtures import apimetrics
+from fixtures import access, apimetrics
 from fixtures.errors import HarnessError
+from fixtures.informer import Gone, Informer
+from fixtures.liveness import RunState
 from fixtures.profile import load_profile, node_plan
-from fixtures.run import CREATED, OWNER_HOST, OWNER_PID, is_abandoned
+from fixtures.run import CREATED
+from fixtures.stats import histogram_quantile, percentile
+from fixtures.sweep import Judge
 from fixtures.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.selftest
@@ -43,11 +47,19 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
 def test_quantile_interpolates_like_prometheus():
     # 100 calls: 50 under 0.1 s, 49 more under 0.5 s, 1 under 1 s.
     b = {0.1: 50, 0.5: 99, 1.0: 100, math.inf: 100}
-    assert apimetrics.quantile(0.5, b) == pytest.approx(0.1)
-    assert apimetrics.quantile(0.99, b) == pytest.approx(0.5)
-    assert apimetrics.quantile(0.995, b) == pytest.approx(0.75)
+    assert histogram_quantile(0.5, b) == pytest.approx(0.1)
+    assert histogram_quantile(0.99, b) == pytest.approx(0.5)
+    assert histogram_quantile(0.995, b) == pytest.approx(0.75)
     # Beyond the last finite bucket the last bound is all we know.
-    assert apimetrics.quantile(0.99, {1.0: 0, 60.0: 0, math.inf: 10}) == 60.0
+    assert histogram_quantile(0.99, {1.0: 0, 60.0: 0, math.inf: 10}) == 60.0
+
+
+def test_percentile_is_nearest_rank():
+    samples = [float(i) for i in range(1, 101)]        # 1..100
+    assert percentile(samples, 99) == 99.0
+    assert percentile(samples, 50) == 50.0
+    assert percentile([3.0], 99) == 3.0
+    assert math.isnan(percentile([], 99))
 
 
 def test_histogram_delta_keeps_only_series_with_new_calls():
@@ -68,17 +80,87 @@ def test_histogram_delta_keeps_only_series_with_new_calls():
     assert apimetrics.delta(before, before) == {}
 
 
-def test_sweeper_only_takes_dead_or_expired_owners():
-    now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
-    host = socket.gethostname()[:63]
-    fresh = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    old = (now - dt.timedelta(hours=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    import os
-    assert not is_abandoned({OWNER_HOST: host, OWNER_PID: str(os.getpid()), CREATED: fresh}, 6, now)
-    assert is_abandoned({OWNER_HOST: host, OWNER_PID: "999999999", CREATED: fresh}, 6, now)
-    assert not is_abandoned({OWNER_HOST: "elsewhere", OWNER_PID: "1", CREATED: fresh}, 6, now)
-    assert is_abandoned({OWNER_HOST: "elsewhere", OWNER_PID: "1", CREATED: old}, 6, now)
-    assert not is_abandoned({}, 6, now)
+def test_single_object_slo_leaves_collection_deletes_and_lists_out():
+    """DELETECOLLECTION is its own verb and scope in the apiserver's metrics (CleanScope): a
+    collection delete of thousands of pods is not a single-object call."""
+    b = {0.1: 10.0, math.inf: 10.0}
+    slow = {0.1: 0.0, 30.0: 5.0, math.inf: 5.0}
+    hist = {("POST", "", "pods", "", "resource"): b, ("DELETE", "", "pods", "", "resource"): b,
+            ("DELETECOLLECTION", "", "pods", "", "namespace"): slow, ("LIST", "", "pods", "", "namespace"): slow}
+    lat = apimetrics.latencies(hist, apimetrics.MUTATING_VERBS, apimetrics.SINGLE_OBJECT)
+    assert [(x.verb, x.resource) for x in lat] == [("DELETE", "pods"), ("POST", "pods")]
+
+
+def test_a_window_knows_which_apiserver_replica_answered():
+    one = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7e+09\n"
+    other = one.replace("1.7e+09", "1.8e+09")
+    assert apimetrics.replica(one) == "1.7e+09" != apimetrics.replica(other)
+    assert apimetrics.replica("apiserver_request_total 3\n") == ""
+
+
+NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
+
+
+def _born(hours_ago: float) -> dict:
+    return {CREATED: (NOW - dt.timedelta(hours=hours_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def test_sweeper_takes_only_runs_whose_lease_expired_or_that_have_none_and_are_old():
+    states = {"alive": RunState("alive", True, "renewed 3 s ago"),
+              "dead": RunState("dead", False, "lease renewed 700 s ago (duration 60 s)")}
+    judge = Judge(states, "me", orphan_hours=24, now=NOW)
+    # A live Lease protects a run's objects however old they are and wherever the run is.
+    assert judge.why_dead("alive", _born(1000)) is None
+    assert judge.why_dead("dead", _born(0)) == "lease renewed 700 s ago (duration 60 s)"
+    assert judge.why_dead("no-lease", _born(1)) is None
+    assert judge.why_dead("no-lease", _born(30)) == "no run lease; 30.0 h old"
+    assert judge.why_dead("no-lease", {}) is None          # unknown age: never guessed abandoned
+    assert judge.why_dead("me", _born(1000)) is None         # never the current run
+
+
+class _FakeApi:
+    """A list and watch script for the informer's relist logic (the real API is tested in tests/)."""
+
+    def __init__(self, lists, watches):
+        self.lists, self.watches = list(lists), list(watches)
+
+    def list(self, _path, _query):
+        return self.lists.pop(0)
+
+    def watch(self, _path, _rv, _query, _timeout):
+        for event in self.watches.pop(0):
+            if event == "410":
+                raise Gone("too old resource version")
+            yield event, 100
+
+
+def _pod(name, rv):
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+def test_informer_relists_after_410_and_emits_deleted_for_what_vanished():
+    fake = _FakeApi(
+        lists=[{"metadata": {"resourceVersion": "10"}, "items": [_pod("a", "1"), _pod("b", "2")]},
+               {"metadata": {"resourceVersion": "30"}, "items": [_pod("a", "11"), _pod("c", "25")]}],
+        watches=[[{"type": "MODIFIED", "object": _pod("a", "11")}, "410"],
+                 [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "31"}}}]])
+    seen = []
+    inf = Informer(None, "/api/v1/namespaces/ns/pods", on_event=lambda k, o: seen.append((k, o["metadata"]["name"])),
+                   list_fn=fake.list, watch_fn=fake.watch)
+    inf.run(until=lambda: inf.rv == "31")
+    # a: modified once on the watch, not again on the relist (same resourceVersion);
+    # b vanished while the watch was broken: DELETED; c appeared: ADDED.
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b"), ("ADDED", "c")]
+    assert sorted(o["metadata"]["name"] for o in inf.snapshot()) == ["a", "c"]
+    assert inf.relists == 1
+
+
+def test_permission_list_comes_from_the_shipped_manifest():
+    base = {access.describe(s) for s in access.required(destructive=False)}
+    assert {"list nodes", "get /metrics", "create leases (coordination.k8s.io)", "create pods"} <= base
+    assert "patch nodes" not in base
+    more = {access.describe(s) for s in access.required(destructive=True)} - base
+    assert {"patch nodes", "create serviceaccounts/token", "bind clusterroles edit (rbac.authorization.k8s.io)"} <= more
 
 
 def test_wait_for_is_bounded_and_reports_the_last_state():
@@ -107,12 +189,12 @@ class _Item:
 def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped):
     import types
 
-    import conftest
+    from fixtures import session
     from fixtures.stash import REAL_HARDWARE
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
                                    option=types.SimpleNamespace(allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
-    conftest.pytest_collection_modifyitems(config, [harmless, destructive])
+    session.pytest_collection_modifyitems(config, [harmless, destructive])
     assert not harmless.added
     assert bool(destructive.added) == skipped
     if skipped:

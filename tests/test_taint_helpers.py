@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from fixtures import admission as adm
-from fixtures import taints as t
+from fixtures import placement as pl
+from fixtures.isolation import parse_team_namespaces
 from fixtures.errors import HarnessError
 from fixtures.profile import load_profile
 from fixtures.run import RUN_LABEL
@@ -87,9 +88,9 @@ def test_bindings_select_only_this_runs_namespaces_or_named_ones():
 def test_untolerated_taint_count_from_the_1_35_scheduler_message():
     msg = ("0/100 nodes are available: 42 node(s) had untolerated taint(s), 58 node(s) didn't match "
            "Pod's node affinity/selector. preemption: 0/100 nodes are available: 100 Preemption is not helpful.")
-    assert t.untolerated_count([msg]) == 42
-    assert t.untolerated_count(["0/100 nodes are available: 100 Insufficient nvidia.com/gpu."]) is None
-    assert t.untolerated_count([]) is None
+    assert pl.untolerated_count([msg]) == 42
+    assert pl.untolerated_count(["0/100 nodes are available: 100 Insufficient nvidia.com/gpu."]) is None
+    assert pl.untolerated_count([]) is None
 
 
 def _pod(ns, node, pc=None):
@@ -100,24 +101,24 @@ def test_placement_table_counts_pods_per_team_per_pool():
     pods = [_pod("ns-r", "n1"), _pod("ns-r", "n1"), _pod("ns-r", None), _pod("ns-x", "n2"),
             _pod("ns-x", "n3", "borrow"), _pod("ns-r", "n9")]
     pool_of = {"n1": "team-research", "n2": "shared", "n3": "team-applied"}
-    counts = t.placement_counts(pods, pool_of, {"ns-r": "research"}, "borrow")
+    counts = pl.placement_counts(pods, pool_of, {"ns-r": "research"}, "borrow")
     assert counts == {"research": Counter({"team-research": 2, "Pending": 1, "(unknown node)": 1}),
-                      t.NO_TEAM: Counter({"shared": 1}), t.LOW: Counter({"team-applied": 1})}
+                      pl.NO_TEAM: Counter({"shared": 1}), pl.LOW: Counter({"team-applied": 1})}
     pools = ["team-research", "team-applied", "preflight", "shared"]
-    table = t.render_placement(counts, pools, ["research", "applied"]).splitlines()
+    table = pl.render_placement(counts, pools, ["research", "applied"]).splitlines()
     assert table[0] == "| pods of \\ on pool | team-research | team-applied | shared | (unknown node) | Pending |"
     assert table[2] == "| research | 2 | 0 | 0 | 1 | 1 |"
     assert table[3] == "| no team | 0 | 0 | 1 | 0 | 0 |"
     assert table[4] == "| low priority | 0 | 1 | 0 | 0 | 0 |"
-    csv = t.placement_csv(counts, pools, ["research", "applied"]).splitlines()
+    csv = pl.placement_csv(counts, pools, ["research", "applied"]).splitlines()
     assert csv[0] == "team,team-research,team-applied,shared,(unknown node),Pending"
     assert csv[1] == "research,2,0,0,1,1"
-    assert t.render_placement({}, pools, []) == "(no pods)"
+    assert pl.render_placement({}, pools, []) == "(no pods)"
 
 
 def test_describe_toleration_names_wildcards():
-    assert t.describe_toleration({"operator": "Exists"}) == "<any key> Exists (any effect)"
-    assert t.describe_toleration(RULES.toleration("applied")) == f"{KEY}=applied:NoSchedule"
+    assert adm.describe_toleration({"operator": "Exists"}) == "<any key> Exists (any effect)"
+    assert adm.describe_toleration(RULES.toleration("applied")) == f"{KEY}=applied:NoSchedule"
 
 
 @pytest.mark.parametrize("override,message", [
@@ -137,6 +138,6 @@ def test_taint_profile_values_are_checked(override, message):
 def test_team_namespaces_override_parses():
     p = load_profile("smoke", ["team_namespaces=research=ml-research,applied=ml-applied",
                                "team_taint_key=openai.com/team"])
-    assert t.parse_team_namespaces(p.team_namespaces) == {"research": "ml-research", "applied": "ml-applied"}
-    assert t.resolve_admission("auto", simulated=True) == "harness"
-    assert t.resolve_admission("auto", simulated=False) == "cluster"
+    assert parse_team_namespaces(p.team_namespaces) == {"research": "ml-research", "applied": "ml-applied"}
+    assert adm.resolve_admission("auto", simulated=True) == "harness"
+    assert adm.resolve_admission("auto", simulated=False) == "cluster"

@@ -26,14 +26,18 @@ import sys
 
 import pytest
 
-from fixtures import taints as t
-from fixtures.kube import raw_request
+from fixtures import admission as adm
+from fixtures.isolation import create_namespace
+from fixtures.kube import delete_if_present, list_raw, raw_request
+from fixtures.liveness import RunLease, wait_expired
+from fixtures.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_key, borrow_idle_node,
+                                  release_run_taints, remove_taint)
 from fixtures.nodes import node_bodies, node_name
 from fixtures.profile import node_plan
-from fixtures.run import ADDED_TAINTS, CLUSTER_SCOPED, OWNER_PID, RUN_LABEL, SCRATCH_LABEL, metadata
+from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from fixtures.sweep import CLUSTER_SCOPED
 from fixtures.waiting import wait_for
-from fixtures.watch import list_raw
-from tests.harness import ROOT, allure_results, run_pytest
+from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_taint_isolation.py"
@@ -54,20 +58,10 @@ def _run(cluster, profile, tmp_path, *sets, select=None, timeout=600):
 def leftovers(cluster, profile, session_run: str, run_id: str, broken: tuple[str, ...] = ()) -> list[str]:
     """Everything of ``run_id`` still on the cluster, and every planned node whose taints differ from
     the plan (except the ``broken`` ones a control changed on purpose)."""
-    api, sel = cluster.api, {"labelSelector": f"{RUN_LABEL}={run_id}"}
-    left = [f"namespace {n['metadata']['name']}" for n in list_raw(api, "/api/v1/namespaces", sel)["items"]]
-    left += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}"
-             for p in list_raw(api, "/api/v1/pods", sel)["items"]]
-    for path in CLUSTER_SCOPED:
-        try:
-            left += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}" for o in list_raw(api, path, sel)["items"]]
-        except t.client.ApiException as e:
-            if e.status != 404:
-                raise
-    nodes = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}
-    left += [f"scratch node {n}" for n, o in nodes.items() if SCRATCH_LABEL in (o["metadata"].get("labels") or {})]
-    left += [f"added-taints record on node {n}" for n, o in nodes.items()
-             if ADDED_TAINTS in (o["metadata"].get("annotations") or {})]
+    left = run_leftovers(cluster.api, run_id)
+    nodes = {n["metadata"]["name"]: n for n in list_raw(cluster.api, "/api/v1/nodes")["items"]}
+    left += [f"taint record {k} on node {n}" for n, o in nodes.items()
+             for k in (o["metadata"].get("annotations") or {}) if k.startswith(ADDED_TAINTS_PREFIX)]
     managed = {profile.team_taint_key, profile.preflight_taint_key, SCRATCH_LABEL}
     for body in node_bodies(profile, session_run):
         name = body["metadata"]["name"]
@@ -112,11 +106,11 @@ def untainted_team_node(cluster, profile):
     """One node of the second team's pool without its team taint; put back afterwards."""
     name = _team_node(profile, 1)
     taint = {"key": profile.team_taint_key, "value": profile.teams[1], "effect": "NoSchedule"}
-    t.remove_taint(cluster.api, name, taint)
+    remove_taint(cluster.api, name, taint)
     try:
         yield name
     finally:
-        t.add_taint(cluster.api, name, taint)
+        add_taint(cluster.api, name, taint)
 
 
 def test_team_node_missing_its_taint_fails_naming_the_node(cluster, profile, run_id, untainted_team_node,
@@ -173,11 +167,11 @@ def test_team_with_no_nodes_is_one_clear_line(cluster, profile, run_id, tmp_path
 @pytest.fixture
 def unlabelled_namespace(cluster, run_id):
     name = f"cp-{run_id[-4:]}-unlabelled-{os.urandom(2).hex()}"
-    t.create_namespace(cluster.api, name, run_id)
+    create_namespace(cluster.api, name, run_id)
     try:
         yield name
     finally:
-        t.delete_namespace(cluster.api, name)
+        delete_if_present(cluster.api, f"/api/v1/namespaces/{name}")
 
 
 def test_namespace_without_team_label_is_one_clear_line(cluster, profile, run_id, unlabelled_namespace, tmp_path):
@@ -235,78 +229,64 @@ def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, p
 
 @pytest.fixture
 def dead_runs_leftovers(cluster, profile, run_id):
-    """What a killed run leaves: a policy + binding, a PriorityClass, a scratch node, and a taint it
-    added to a node it did not create -- owned by a dead process on this host."""
+    """What a killed run leaves: its expired Lease, a policy + binding, a PriorityClass, a scratch
+    node, and a taint it added (and recorded) on a node it did not create."""
     api, dead = cluster.api, f"dead-{os.urandom(2).hex()}"
-    meta = lambda name: {**metadata(name, dead), "annotations": {**metadata(name, dead)["annotations"],  # noqa: E731
-                                                                 OWNER_PID: "999999999"}}
-    from fixtures import admission as adm
-    version = t.served_map_version(api)
+    lease = RunLease(api, dead, duration_s=10).acquire()
+    lease.abandon()                     # SIGKILL: the Lease stays and is never renewed again
+    version = adm.served_map_version(api)
     rules = adm.TeamRules.from_profile(profile)
-    policy = adm.mutating_policy(rules, f"cp-{dead}", dead, version)
-    policy["metadata"] = meta(f"cp-{dead}")
-    bind = adm.binding("MutatingAdmissionPolicyBinding", version, f"cp-{dead}", f"cp-{dead}", dead)
-    bind["metadata"] = meta(f"cp-{dead}")
-    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicies", body=policy).data
-    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicybindings", body=bind).data
+    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicies",
+                body=adm.mutating_policy(rules, f"cp-{dead}", dead, version)).data
+    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicybindings",
+                body=adm.binding("MutatingAdmissionPolicyBinding", version, f"cp-{dead}", f"cp-{dead}", dead)).data
     raw_request(api, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
-                body={"metadata": meta(f"cp-{dead}"), "value": -20}).data
-    scratch = {**meta(f"cp-gpu-scratch-{dead}")}
-    scratch["labels"][SCRATCH_LABEL] = dead
+                body={"metadata": metadata(f"cp-{dead}", dead), "value": -20}).data
+    scratch = metadata(f"cp-gpu-scratch-{dead}", dead, {SCRATCH_LABEL: dead})
     scratch["annotations"]["kwok.x-k8s.io/node"] = "fake"
     raw_request(api, "POST", "/api/v1/nodes", body={
         "metadata": scratch, "spec": {"taints": [{"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}]}}).data
     victim = node_name(profile, next(p for p in node_plan(profile) if p.name == "shared"), 5)
-    taint = {"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}
-    record = {"run": dead, **meta("x")["annotations"], "taints": [taint]}
-    raw_request(api, "PATCH", f"/api/v1/nodes/{victim}",
-                headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
-                body={"metadata": {"annotations": {ADDED_TAINTS: json.dumps(record)}}}).data
-    t.add_taint(api, victim, taint)
+    add_taint(api, victim, {"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}, run_id=dead)
+    wait_expired(api, dead, timeout=60)
     try:
         yield dead, victim
     finally:  # whatever the sweeper did not do
         for path in CLUSTER_SCOPED:
-            try:
-                raw_request(api, "DELETE", f"{path}/cp-{dead}").data
-            except t.client.ApiException:
-                pass
-        try:
-            raw_request(api, "DELETE", f"/api/v1/nodes/cp-gpu-scratch-{dead}").data
-        except t.client.ApiException:
-            pass
-        t.remove_taint(api, victim, taint)
-        raw_request(api, "PATCH", f"/api/v1/nodes/{victim}",
-                    headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
-                    body={"metadata": {"annotations": {ADDED_TAINTS: None}}}).data
+            delete_if_present(api, f"{path}/cp-{dead}")
+        delete_if_present(api, f"/api/v1/nodes/cp-gpu-scratch-{dead}")
+        release_run_taints(api, victim, dead)
+        lease.release()
 
 
 def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, dead_runs_leftovers, tmp_path):
     dead, victim = dead_runs_leftovers
     rid, run = _run(cluster, profile, tmp_path, select="preflight_nodes_receive_no_work")
     assert run.returncode == 0, run.output[-3000:]
-    assert "cluster-scoped object(s) left by earlier runs" in run.output, run.output[-3000:]
     for what in (f"mutatingadmissionpolicybindings/cp-{dead}", f"mutatingadmissionpolicies/cp-{dead}",
-                 f"priorityclasses/cp-{dead}", f"nodes/cp-gpu-scratch-{dead}", f"taints on nodes/{victim}"):
-        assert what in run.output, run.output[-3000:]
-    assert not leftovers(cluster, profile, run_id, dead)
+                 f"priorityclasses/cp-{dead}", f"nodes/cp-gpu-scratch-{dead}", f"taints on nodes/{victim}",
+                 f"namespace cp-run-{dead}"):
+        assert f"sweep: removed: {what} (run {dead}: lease" in run.output, run.output[-3000:]
+    wait_for(lambda: leftovers(cluster, profile, run_id, dead), until=lambda left: not left, timeout=120,
+             interval=1, what=f"nothing of the killed run {dead} left")
     _assert_nothing_left(cluster, profile, run_id, rid)
 
 
 def test_borrowed_node_on_real_hardware_gets_its_taints_back(cluster, profile, run_id):
-    """The real-hardware path of the scratch node (an idle shared node, tainted and recorded),
-    exercised here on simulated nodes: release takes exactly the added taints and the record off."""
+    """The real-hardware path of the scratch node (an idle shared node, claimed and tainted, every
+    added taint recorded), exercised here on simulated nodes: release takes exactly the added
+    taints and the record off."""
     extra = {"key": profile.preflight_taint_key, "value": "pending", "effect": "NoSchedule"}
-    node = t.borrow_idle_node(cluster.api, profile, run_id, [extra])
+    node = borrow_idle_node(cluster.api, profile, run_id, [extra])
     try:
         n = list_raw(cluster.api, f"/api/v1/nodes/{node.name}")
         assert n["metadata"]["labels"][profile.pool_label] == "shared"
         keys = {(x["key"], x.get("value")) for x in n["spec"].get("taints") or []}
-        assert {(SCRATCH_LABEL, node.name), (profile.preflight_taint_key, "pending")} <= keys, keys
-        record = json.loads(n["metadata"]["annotations"][ADDED_TAINTS])
-        assert record["run"] == run_id and len(record["taints"]) == 2, record
+        assert {(SCRATCH_LABEL, run_id), (profile.preflight_taint_key, "pending")} <= keys, keys
+        record = json.loads(n["metadata"]["annotations"][added_taints_key(run_id)])
+        assert len(record["taints"]) == 2 and record["created"], record
     finally:
         node.release()
     n = list_raw(cluster.api, f"/api/v1/nodes/{node.name}")
     assert not n["spec"].get("taints"), n["spec"]
-    assert ADDED_TAINTS not in (n["metadata"].get("annotations") or {})
+    assert added_taints_key(run_id) not in (n["metadata"].get("annotations") or {})

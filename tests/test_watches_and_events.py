@@ -1,0 +1,92 @@
+"""The building blocks every suite reads the cluster through, against the real apiserver.
+
+- the informer resumes after ``410 Gone`` with a relist that emits DELETED
+  for what vanished while it was not watching;
+- a pod's events are its own by uid: a pod created again under an old name
+  does not inherit its predecessor's verdicts;
+- "pods deleted" waits until they are gone, not merely terminating.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fixtures import apimetrics
+from fixtures.informer import Informer
+from fixtures.kube import raw_request
+from fixtures.pod_spec import pod_body
+from fixtures.pods import create_pods, delete_pods, list_pods, pod_events
+from fixtures.run import metadata
+from fixtures.waiting import WaitTimeout, wait_for
+
+pytestmark = pytest.mark.selftest
+
+
+def test_informer_relists_after_410_gone_and_emits_deleted(cluster, namespace, run_id):
+    """PodGroups (a CRD the embedded cluster has from its start): their watch cache begins at the
+    CRD's creation, so a resourceVersion from before it is one the apiserver can no longer serve --
+    as after an apiserver restart or a long partition -- and it answers 410 Gone."""
+    api, path = cluster.api, f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
+
+    def group(name):
+        raw_request(api, "POST", path, body={"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                                             "metadata": metadata(name, run_id), "spec": {"minMember": 1}}).data
+    for name in ("a", "b"):
+        group(name)
+    seen = []
+    inf = Informer(api, path, on_event=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), chunk_s=5)
+    inf.list()
+    assert sorted(seen) == [("ADDED", "a"), ("ADDED", "b")]
+    # While the informer is away, a PodGroup goes and another comes.
+    raw_request(api, "DELETE", f"{path}/a").data
+    group("c")
+    inf.rv = "1"
+    inf.watch_for(30, lambda: inf.get("c", namespace) is not None and inf.get("a", namespace) is None)
+    assert inf.relists >= 1, f"no 410 Gone was seen; events: {seen}"
+    # (b may be MODIFIED meanwhile: the PodGroup controller writes its status.)
+    assert [e for e in seen[2:] if e[0] != "MODIFIED"] == [("DELETED", "a"), ("ADDED", "c")], seen
+    assert sorted(o["metadata"]["name"] for o in inf.snapshot()) == ["b", "c"]
+
+
+def test_a_pod_created_again_under_its_old_name_has_only_its_own_events(cluster, namespace, run_id):
+    api = cluster.api
+    [old] = create_pods(api, namespace, [pod_body("again", run_id, node_selector={"example.com/none": "x"})]).values()
+    wait_for(lambda: pod_events(api, namespace, "FailedScheduling", {"again": old}).get("again"), timeout=60,
+             interval=0.5, what="the scheduler refused the first pod 'again'")
+    delete_pods(api, namespace, ["again"])
+    [new] = create_pods(api, namespace, [pod_body("again", run_id)]).values()
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert pod_events(api, namespace, "FailedScheduling", {"again": old}).get("again")
+    assert not pod_events(api, namespace, "FailedScheduling", {"again": new}), \
+        "the new pod 'again' inherited its predecessor's FailedScheduling event"
+
+
+def test_deleted_pods_are_waited_for_until_gone_not_just_terminating(cluster, namespace, run_id):
+    api, hold = cluster.api, "clusterproof.io/test-hold"
+    # Unbound (no node matches): kwok, which acts on pods of its nodes, does not touch it.
+    body = pod_body("held", run_id, node_selector={"example.com/none": "x"})
+    body["metadata"]["finalizers"] = [hold]
+    create_pods(api, namespace, [body])
+    try:
+        with pytest.raises(WaitTimeout, match="held"):
+            delete_pods(api, namespace, ["held"], timeout=5)
+        assert list_pods(api, namespace)["held"]["metadata"].get("deletionTimestamp"), "not even terminating"
+    finally:
+        raw_request(api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/held",
+                    headers={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
+                    body=[{"op": "remove", "path": "/metadata/finalizers"}]).data
+    delete_pods(api, namespace, ["held"], timeout=30)
+    assert "held" not in list_pods(api, namespace)
+
+
+def test_a_latency_window_is_taken_on_one_apiserver_replica(monkeypatch):
+    """Behind a load balancer, scrapes alternate between replicas A and B: the window's second end
+    is retried (on fresh connections) until it is A again, and refused if it never is."""
+    def scrapes(*answers):
+        it = iter(answers)
+        monkeypatch.setattr(apimetrics, "scrape", lambda api, fresh=False: next(it))
+    a = "process_start_time_seconds 1.7e+09\nx 1\n"
+    b = "process_start_time_seconds 1.8e+09\nx 2\n"
+    scrapes(b, b, a)
+    assert apimetrics.scrape_same_replica(None, a) == a
+    scrapes(*[b] * 10)
+    assert apimetrics.scrape_same_replica(None, a) is None
