@@ -52,10 +52,6 @@ class LocustResult:
         final = Path(f"{self.csv_prefix}_final_stats.csv")
         return final if final.exists() else Path(f"{self.csv_prefix}_stats.csv")
 
-    @property
-    def history_csv(self) -> Path:
-        return Path(f"{self.csv_prefix}_stats_history.csv")
-
 
 def _num(row: dict, key: str) -> float:
     v = row.get(key, "")
