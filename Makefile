@@ -36,9 +36,16 @@ $(VENV)/.installed: requirements.txt
 toolchain: $(VENV)/.installed
 	$(PY) -m fixtures.toolchain
 
+# Allure's trend graphs need the previous report's history: it is kept in
+# reports/history/ between runs (copied into the results before generating,
+# and taken back from the new report afterwards). Delete that folder to start over.
+HISTORY := reports/history
+
 report:
+	@if [ -d $(HISTORY) ]; then mkdir -p $(RESULTS)/history && cp -r $(HISTORY)/. $(RESULTS)/history/; fi
 	$(ALLURE) generate $(RESULTS) --clean -o reports/html
-	@echo "open reports/html/index.html"
+	rm -rf $(HISTORY) && cp -r reports/html/history $(HISTORY)
+	@echo "open reports/html/index.html (history of $$(ls $(HISTORY) | wc -l) files kept in $(HISTORY))"
 
 bench: setup
 	$(PY) -m bench.bringup $(ARGS)

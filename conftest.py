@@ -13,10 +13,12 @@ import pytest
 
 pytest_plugins = [
     "fixtures.session",       # profile, run id, cluster, namespace, interrupts
+    "fixtures.health",        # the control plane kept up and checked around every module
     "fixtures.gang_backends", # gang backends and their dedicated nodes
     "fixtures.isolation",     # team admission, team namespaces
     "fixtures.burst",         # the measured burst
     "reports.plugin",         # Allure environment, tags, failure attachments
+    "reports.timing",         # time per suite against the profile's budgets
 ]
 
 

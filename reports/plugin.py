@@ -8,6 +8,7 @@ Nothing here may mask a test result: report errors are swallowed and noted.
 """
 from __future__ import annotations
 
+import inspect
 import json
 from collections import Counter
 from pathlib import Path
@@ -23,15 +24,54 @@ from fixtures.run import RUN_LABEL
 from fixtures.stash import CLUSTER, PROFILE, RUN_ID
 
 RESULTS_DIR = Path(__file__).resolve().parent / "allure-results"
+# How the report sorts what did not pass (Allure takes the first category that matches).
+CATEGORIES = [
+    {"name": "Control plane broken (a module broke it, or it was broken before)",
+     "matchedStatuses": ["failed", "broken"],
+     "messageRegex": "(?s).*(this module broke the control plane|the control plane was already broken).*"},
+    {"name": "Harness or environment error", "matchedStatuses": ["broken"]},
+    {"name": "Harness or environment error", "matchedStatuses": ["failed"], "messageRegex": "(?s)clusterproof: .*"},
+    {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": "(?s).*SLO.*broken.*"},
+    {"name": "Known upstream limitation (strict expected failure)", "matchedStatuses": ["skipped"],
+     "messageRegex": "(?s)XFAIL.*"},
+    {"name": "Cluster defect", "matchedStatuses": ["failed"]},
+]
 
 
 def _cluster(item: pytest.Item):
     return item.config.stash.get(CLUSTER, None)
 
 
+def sentence(item) -> str:
+    """A check's title as a sentence: test_gang_is_bound_all_together[native] -> 'Gang is bound all together (native)'."""
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    words = name.removeprefix("test_").replace("_", " ")
+    param = item.name[len(name):].strip("[]") if "[" in item.name else ""
+    return words[:1].upper() + words[1:] + (f" ({param.replace('-', ', ')})" if param else "")
+
+
+def description(item) -> str:
+    """What the check proves: its suite's module docstring, then its own docstring, if any."""
+    parts = [inspect.cleandoc(d) for d in (getattr(item.module, "__doc__", None),
+                                          getattr(getattr(item, "function", None), "__doc__", None)) if d]
+    return "\n\n".join(parts)
+
+
+def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=") -> None:
+    """A figure a check measured, shown on the check's own page (passed or failed) with its threshold."""
+    shown = "n/a" if value is None else f"{value:.3g} {unit}"
+    if threshold is not None:
+        shown += f" (threshold {op} {threshold:g} {unit})"
+    allure.dynamic.parameter(name, shown)
+
+
 @pytest.fixture(autouse=True)
 def _allure_labels(request):
-    """Tag every test with what it ran on; a reader filters on these tags."""
+    """Title, description and tags of every check; a reader filters on the tags."""
+    allure.dynamic.title(sentence(request.node))
+    doc = description(request.node)
+    if doc:
+        allure.dynamic.description(doc)
     if "cluster" in request.fixturenames:
         c = request.getfixturevalue("cluster")
         allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
@@ -108,13 +148,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})
     c = stash.get(CLUSTER, None)
     path = Path(alluredir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "categories.json").write_text(json.dumps(CATEGORIES, indent=2))
     if c is None:
         if (path / "environment.properties").exists():
             return  # a run without a cluster must not hide the one that had one
         env["hardware"] = "no cluster used"
     else:
         env.update(c.describe())
-    path.mkdir(parents=True, exist_ok=True)
     (path / "environment.properties").write_text(
         "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
     (path / "clusterproof-run.json").write_text(json.dumps(env, indent=2))
