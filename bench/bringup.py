@@ -63,6 +63,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--idle-seconds", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--with-coscheduling", action="store_true",
+                    help="also start the Coscheduling scheduler and controller (as the gang suite's runs do)")
     args = ap.parse_args(argv)
     say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -77,7 +79,7 @@ def main(argv: list[str]) -> int:
     sampler.start()
     c = None
     try:
-        c = backends.start_embedded(profile, run_id, say)
+        c = backends.start_embedded(profile, run_id, say, coscheduling_components=args.with_coscheduling)
         pids = c.kwok.pids()
         cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
         say(f"idle at full size for {args.idle_seconds:g} s")

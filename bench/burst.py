@@ -33,7 +33,7 @@ from kubernetes import client
 from fixtures import cluster as backends
 from fixtures import coscheduling, toolchain
 from fixtures import gangs as g
-from fixtures.burst import create_window_rate, run_burst, scheduler_state
+from fixtures.burst import create_window_rate, run_phase, scheduler_state
 from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
 from fixtures.pod_spec import pod_body
@@ -43,7 +43,8 @@ from fixtures.profile import load_profile
 from fixtures.run import RUN_LABEL, metadata, new_run_id
 from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout
-from load.burst_plan import JOB_PREFIX, pods_planned
+from load import burst_plan as plan
+from load.burst_plan import PHASE_LABEL
 from load.identity import create_load_identity
 
 OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "burst.json"
@@ -63,10 +64,11 @@ def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path
     with ThreadPoolExecutor(profile.burst_users) as pool:
         list(pool.map(lambda _: raw_request(sa_api, "GET", path, {"limit": "1"}).data, range(profile.burst_users)))
     # The same pods load/burst.py creates.
-    bodies = [pod_body(f"{JOB_PREFIX}-{j}-{i:05d}", run_id, gpus=profile.node_gpus,
-                       labels={JOB_LABEL: f"{JOB_PREFIX}-{j}"}, node_selector={profile.pool_label: "shared"},
+    phase = plan.burst(profile)
+    bodies = [pod_body(f"{job}-{i:05d}", run_id, gpus=profile.node_gpus,
+                       labels={JOB_LABEL: job, PHASE_LABEL: phase.name}, node_selector={profile.pool_label: "shared"},
                        restart_policy="Never")
-              for j in range(profile.burst_jobs) for i in range(profile.burst_job_size)]
+              for job in phase.job_names() for i in range(phase.job_size)]
     latencies, errors = [], []
 
     def create(body):
@@ -145,7 +147,7 @@ def main(argv: list[str]) -> int:
     try:
         c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
              if args.kubeconfig
-             else backends.start_embedded(profile, run_id, say))
+             else backends.start_embedded(profile, run_id, say, coscheduling_components=True))
         ns = f"cp-{run_id[-4:]}-bench-burst"
         raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
         runs = []
@@ -153,8 +155,8 @@ def main(argv: list[str]) -> int:
             with tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
                 work = Path(tmp)
                 for r in range(args.repeat):
-                    say(f"burst {r + 1}/{args.repeat}: locust, {pods_planned(profile)} pods")
-                    b = run_burst(c.api, profile, ns, run_id, work / f"locust-{r}")
+                    say(f"burst {r + 1}/{args.repeat}: locust, {plan.burst(profile).pods} pods")
+                    b = run_phase(c.api, profile, plan.burst(profile), ns, run_id, work / f"locust-{r}")
                     delete_run_pods(c.api, ns, run_id, timeout=300)
                     say(f"burst {r + 1}/{args.repeat}: thread pool")
                     ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")

@@ -1,7 +1,9 @@
-"""Burst shape: jobs of N whole-node GPU pods, created as fast as the client can.
+"""Burst shape: jobs of N whole-node GPU pods, created as fast as the client can, or at a rate.
 
 A large training job arrives as hundreds of pods at once, one per 8-GPU
-node; several jobs follow back to back. Pod ``i`` of job ``j`` belongs to
+node; several jobs follow back to back. With ``--burst-rate R`` the same
+pods come at R pods/s instead (a steady phase: create i is due at
+``start + i / R``, whichever user makes it). Pod ``i`` of job ``j`` belongs to
 worker ``k`` of ``W`` when ``(j * N + i) % W == k``, so locust's distributed
 mode (``--master --expect-workers W`` plus W ``--worker`` processes, or
 ``--processes W``) splits one burst without two workers creating the same pod.
@@ -11,7 +13,7 @@ has quit).
 
     locust -f load/burst.py --headless -u 32 -r 32 --host https://API:6443 \\
         --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
-        --burst-jobs 2 --burst-job-size 18 --csv reports/burst
+        --burst-jobs 2 --burst-job-size 18 [--burst-rate 20] --csv reports/burst
 
 Sizes come from the profile (``load.runner`` maps profile keys to these
 arguments); the same flags (or CLUSTERPROOF_BURST_* variables) work by hand.
@@ -19,8 +21,10 @@ arguments); the same flags (or CLUSTERPROOF_BURST_* variables) work by hand.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 
+import gevent
 from gevent.event import Event
 
 from locust import events, task
@@ -28,6 +32,7 @@ from locust.exception import StopUser
 
 from fixtures.pod_spec import pod_body as whole_node_pod
 from fixtures.run import RUN_LABEL
+from load.burst_plan import PHASE_LABEL
 from load.kube_user import KubeApiUser, finish_runner
 
 JOB_LABEL = "clusterproof.io/job"
@@ -48,14 +53,18 @@ def _burst_args(parser):
                         help="nvidia.com/gpu per pod (a whole node)")
     parser.add_argument("--burst-node-selector", default=_env("node_selector", ""),
                         help="key=value the pods select (the untainted shared pool)")
-    parser.add_argument("--burst-job-prefix", default=_env("job_prefix", "burst"), help="job name prefix")
+    parser.add_argument("--burst-job-prefix", default=_env("job_prefix", "burst"),
+                        help=f"job name prefix; also the pods' {PHASE_LABEL} label")
+    parser.add_argument("--burst-rate", type=float, default=float(_env("rate", "0")),
+                        help="pods/s over all users and workers (a steady phase); 0: as fast as they can")
 
 
 def pod_body(opts, job: str, index: int) -> dict:
     """One rank of ``job``: the harness's one pod (fixtures.pod_spec), a whole node of the shared pool."""
     selector = dict([opts.burst_node_selector.split("=", 1)]) if opts.burst_node_selector else None
     return whole_node_pod(f"{job}-{index:05d}", opts.burst_run_id, gpus=opts.burst_gpus,
-                          labels={JOB_LABEL: job}, node_selector=selector, restart_policy="Never")
+                          labels={JOB_LABEL: job, PHASE_LABEL: opts.burst_job_prefix}, node_selector=selector,
+                          restart_policy="Never")
 
 
 class _Share:
@@ -64,6 +73,9 @@ class _Share:
     queue: deque = deque()
     active_users = 0
     go = Event()
+    rate = 0.0          # this worker's share of --burst-rate (pods/s); 0: unpaced
+    t0 = 0.0            # when the first create started
+    sent = 0            # creates started so far (the next one is due at t0 + sent / rate)
 
 
 @events.spawning_complete.add_listener
@@ -92,6 +104,7 @@ def _plan(environment, **_kw):
         if (j * opts.burst_job_size + i) % workers == me)
     _Share.active_users = 0
     _Share.go = Event()
+    _Share.rate, _Share.sent = opts.burst_rate / workers, 0
 
 
 class BurstUser(KubeApiUser):
@@ -109,6 +122,13 @@ class BurstUser(KubeApiUser):
         if not _Share.queue:
             self._finish()
         job, i = _Share.queue.popleft()
+        if _Share.rate:
+            # A steady phase: create i is due at t0 + i / rate (t0: the first create), whichever user makes it.
+            if _Share.sent == 0:
+                _Share.t0 = time.monotonic()
+            due = _Share.t0 + _Share.sent / _Share.rate
+            _Share.sent += 1
+            gevent.sleep(max(0.0, due - time.monotonic()))
         opts = self.environment.parsed_options
         self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
                   pod_body(opts, job, i))

@@ -47,7 +47,7 @@ def sentence(item) -> str:
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     words = name.removeprefix("test_").replace("_", " ")
     param = item.name[len(name):].strip("[]") if "[" in item.name else ""
-    return words[:1].upper() + words[1:] + (f" ({param.replace('-', ', ')})" if param else "")
+    return words[:1].upper() + words[1:] + (f" ({param})" if param else "")
 
 
 def description(item) -> str:
@@ -67,11 +67,7 @@ def measured(name: str, value: float | None, unit: str, threshold: float | None 
 
 @pytest.fixture(autouse=True)
 def _allure_labels(request):
-    """Title, description and tags of every check; a reader filters on the tags."""
-    allure.dynamic.title(sentence(request.node))
-    doc = description(request.node)
-    if doc:
-        allure.dynamic.description(doc)
+    """Tags of every check (a reader filters on them); titles and descriptions: see makereport."""
     if "cluster" in request.fixturenames:
         c = request.getfixturevalue("cluster")
         allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
@@ -86,6 +82,13 @@ def _allure_labels(request):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    if rep.when == "setup":
+        # After allure-pytest has named the result (it overwrites what set-up fixtures set), and
+        # also for a check whose set-up failed.
+        allure.dynamic.title(sentence(item))
+        doc = description(item)
+        if doc:
+            allure.dynamic.description(doc)
     if rep.when != "call" or not rep.failed:
         return
     c = _cluster(item)

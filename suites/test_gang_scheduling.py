@@ -107,36 +107,56 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
                          f"gang {waiting[0].name} admitted after gang {finished.name} finished")
 
 
-@pytest.mark.smoke
-def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile):
-    """A gang that cannot be completed holds nodes only until its schedule timeout.
+# Known limitation, measured here: after its fixed 300 s timeout a native gang
+# (1.35 alpha) is rejected and at once forms again on the same nodes -- its
+# scheduling deadline is renewed on the next Permit and nothing backs a timed-out
+# gang off -- so a gang that can never complete keeps its nodes for good. Plain
+# pods created right after the timeout fired stayed Pending ("5 Insufficient
+# nvidia.com/gpu") for 120 s in 3 of 3 runs (smoke, 5 scratch nodes).
+NATIVE_REHOLDS = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="native gang scheduling (1.35 alpha) takes a timed-out gang's nodes back at once: "
+           "work created after the timeout cannot get them (3 of 3 runs here)")
 
-    Honest slack: after the timeout the scheduler must notice (it checks
-    waiting pods when the timer fires), unreserve, and retry the plain pods,
-    which sit in its unschedulable queue until the next flush (at most
-    ``gang_unschedulable_flush_s`` for the harness's Coscheduling scheduler);
-    30 s more cover backoff and binding.
+
+@pytest.mark.smoke
+def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile, request):
+    """A gang that cannot be completed holds its nodes only until its schedule timeout, then gives them back.
+
+    Deterministic, not a race: the plain pods that must get the nodes are
+    created once the scheduler has said that the gang timed out (a
+    FailedScheduling event "rejected due to timeout" on its members), so they
+    do not compete with pods that waited before. Bounds: the timeout plus 60 s
+    for the scheduler to fire it; then ``gang_bind_timeout_s`` for the plain
+    pods, and ``gang_observe_s`` in which the gang must not take a node back.
     """
+    if backend.name == "native":
+        request.applymarker(NATIVE_REHOLDS)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     timeout_s = backend.hold_timeout_s
     t0 = time.monotonic()
     [held] = g.create_gangs(api, backend, namespace, run_id, {"never-complete": n}, dedicated, gpus,
                             timeout_s=timeout_s, unsatisfiable=1)
+    with g.explain_partial(api, [held], "the gang's schedule timeout never fired", holding=True):
+        g.wait_timed_out(api, held, timeout_s + 60)
+    released = time.monotonic() - t0
     plain = [f"plain-{i}" for i in range(n)]
-    g.create_pods(api, namespace, [g.rank(p, run_id, backend.scheduler_name, dedicated, gpus,
-                                             {"clusterproof.io/plain": "true"}) for p in plain])
-    # holding: a gang with nothing bound that still keeps plain pods off its nodes
-    # (native 1.35 has no back-off for a timed-out gang: it may re-reserve at once).
-    with g.explain_partial(api, [held], "the held nodes were not released", holding=True):
-        flush = profile.gang_unschedulable_flush_s
-        nodes = g.wait_pods_bound(api, namespace, plain, timeout_s + flush + 30,
-                                  f"plain pods bound on the nodes gang never-complete held "
-                                  f"(schedule timeout {timeout_s:g} s + {flush:g} s retry + 30 s slack)")
-    took = time.monotonic() - t0
+    created = g.create_pods(api, namespace, [g.rank(p, run_id, backend.scheduler_name, dedicated, gpus,
+                                                    {"clusterproof.io/plain": "true"}) for p in plain])
+    try:
+        nodes = g.wait_pods_bound(api, namespace, plain, profile.gang_bind_timeout_s,
+                                  "plain pods created after gang never-complete timed out bound on its nodes")
+    except AssertionError as e:
+        said = g.pod_events(api, namespace, "FailedScheduling", created)
+        raise AssertionError(f"gang never-complete took its nodes back right after its schedule timeout fired "
+                             f"({released:.0f} s after its pods were created): {str(e).splitlines()[0]}; the "
+                             f"scheduler said of plain-0: {(said.get('plain-0') or ['nothing'])[-1]}") from None
+    taken_back = g.watch_nothing_binds(api, namespace, held.pods, profile.gang_observe_s)
     state = g.GangState.read(api, [held])
-    allure.attach(json.dumps({"schedule_timeout_s": timeout_s, "plain_pods_bound_after_s": round(took, 1),
-                              "nodes": nodes}, indent=2), "timeout release", allure.attachment_type.JSON)
-    assert not state.bound["never-complete"], g.partial_message(state, "after the schedule timeout")
+    allure.attach(json.dumps({"schedule_timeout_s": timeout_s, "timed_out_after_s": round(released, 1),
+                              "plain_pods_bound_after_s": round(time.monotonic() - t0, 1), "nodes": nodes},
+                             indent=2), "timeout release", allure.attachment_type.JSON)
+    assert not taken_back and not state.bound["never-complete"], g.partial_message(state, "after the schedule timeout")
 
 
 # Known limitation, measured here: native gang formation (1.35 alpha) costs
@@ -181,7 +201,10 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
     [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,
                            timeout_s=profile.gang_scale_timeout_s)
-    all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s)
+    # Native gangs above the limit cannot form within their fixed timeout: the wait ends when the
+    # scheduler says the gang timed out, with the measurement, instead of sitting out the bound.
+    all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s,
+                                       give_up_on_timeout=backend.name == "native")
     latency = all_bound_at - big.created_last_at
     state = g.GangState.read(api, [big])
     figure = {"backend": backend.name, "scheduler": backend.scheduler_name, "profile": profile.name,

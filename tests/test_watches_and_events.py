@@ -21,6 +21,7 @@ from fixtures.waiting import WaitTimeout, wait_for
 pytestmark = pytest.mark.selftest
 
 
+@pytest.mark.coscheduling
 def test_informer_relists_after_410_gone_and_emits_deleted(cluster, namespace, run_id):
     """PodGroups (a CRD the embedded cluster has from its start): their watch cache begins at the
     CRD's creation, so a resourceVersion from before it is one the apiserver can no longer serve --

@@ -1,0 +1,132 @@
+"""Benchmark (not a pass/fail test): the capacity knee -- the highest steady create rate at which the SLOs hold.
+
+Steps the steady phase of the burst suite (load/burst_plan.py) through rising
+create rates on one cluster; at each rate it creates ``--pods`` whole-node pods
+and records, from the apiserver's own histogram and the pods' own
+timestamps, pod-create p99 and pod-startup p99 (the watch-observed startup
+and locust's client-side figures beside them). The knee is the highest rate
+at which both SLOs hold (mutating calls p99 <= 1 s, pod startup p99 <= 5 s);
+the nightly profile's ``burst_steady_rate`` is chosen below it (README).
+
+    python -m bench.knee [--profile nightly] [--rates 5,10,20,40] [--pods 400] [--kubeconfig PATH]
+
+Writes ``reports/bench/knee.json`` and the plot ``reports/bench/knee.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from fixtures import cluster as backends
+from fixtures import toolchain
+from fixtures.burst import clear_phase, run_phase
+from fixtures.errors import HarnessError
+from fixtures.kube import raw_request
+from fixtures.profile import load_profile
+from fixtures.run import metadata, new_run_id
+from load import burst_plan as plan
+from reports.plots import Figure, Series
+
+OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "knee.json"
+KEEP = ("create_qps", "create_latency_server_p99_s", "create_latency_p99_s", "pod_startup_server_p50_s",
+        "pod_startup_server_p99_s", "pod_startup_p99_s", "watch_lag_created_p99_s", "watch_lag_running_p99_s",
+        "created_to_bound_p99_s", "scheduling_throughput_pods_per_s", "pods_running", "responses_429")
+
+
+def holds(step: dict, profile) -> bool:
+    create, startup = step.get("create_latency_server_p99_s"), step.get("pod_startup_server_p99_s")
+    return (create is not None and startup is not None and step["pods_running"] == step["pods"]
+            and create <= profile.slo_mutating_p99_s and startup <= profile.slo_pod_startup_p99_s)
+
+
+def plot(steps: list[dict], profile, pods: int) -> Figure:
+    def line(label, key):
+        return Series(label, [(s["rate"], s[key]) for s in steps if s.get(key) is not None], style="line")
+    return Figure(
+        title=f"Capacity knee at {profile.nodes:,} nodes: p99 latency vs steady create rate ({pods} pods per step)",
+        xlabel="target create rate (pods/s)", ylabel="p99 latency (s)",
+        series=[line("pod startup p99, object timestamps", "pod_startup_server_p99_s"),
+                line("pod startup p99, as the watch saw it", "pod_startup_p99_s"),
+                line("pod create p99, apiserver histogram", "create_latency_server_p99_s"),
+                line("pod create p99, locust client side", "create_latency_p99_s")],
+        thresholds={f"pod startup SLO ({profile.slo_pod_startup_p99_s:g} s)": profile.slo_pod_startup_p99_s,
+                    f"mutating call SLO ({profile.slo_mutating_p99_s:g} s)": profile.slo_mutating_p99_s})
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="nightly")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap.add_argument("--rates", default="5,10,20,30,40,60,80", help="pods/s, rising")
+    ap.add_argument("--pods", type=int, default=400, help="pods per step")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        rates = [float(r) for r in args.rates.split(",")]
+        if not args.kubeconfig:
+            toolchain.ensure_all(progress=say)
+    except (HarnessError, ValueError) as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    run_id, c, steps = new_run_id(), None, []
+    try:
+        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
+             if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=False))
+        ns = f"cp-{run_id[-4:]}-bench-knee"
+        raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
+        broken_in_a_row = 0
+        try:
+            with tempfile.TemporaryDirectory(prefix="cp-bench-knee-") as tmp:
+                for i, rate in enumerate(rates):
+                    phase = plan.steady(profile, rate=rate, pods=args.pods)
+                    say(f"step {i + 1}/{len(rates)}: {args.pods} pods at {rate:g} pods/s")
+                    run = run_phase(c.api, profile, phase, ns, run_id, Path(tmp) / f"step-{i}")
+                    clear_phase(c.api, ns, run_id, phase)
+                    step = {"rate": rate, "pods": args.pods, **{k: run.figures.get(k) for k in KEEP},
+                            "incomplete": run.incomplete}
+                    step["slos_hold"] = holds(step, profile)
+                    steps.append(step)
+                    say(f"  create p99 {step['create_latency_server_p99_s']} s (apiserver), startup p99 "
+                        f"{step['pod_startup_server_p99_s']} s (timestamps) / {step['pod_startup_p99_s']} s (watch): "
+                        f"{'SLOs hold' if step['slos_hold'] else 'SLO broken'}")
+                    broken_in_a_row = 0 if step["slos_hold"] else broken_in_a_row + 1
+                    if broken_in_a_row == 2:   # past the knee twice: higher rates only break it more
+                        break
+        finally:
+            c.core.delete_namespace(ns)
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if c is not None:
+            backends.stop(c, False, say)
+    held = [s["rate"] for s in steps if s["slos_hold"]]
+    result = {
+        "command": "python -m bench.knee " + " ".join(argv),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+        "slos": {"mutating_p99_s": profile.slo_mutating_p99_s, "pod_startup_p99_s": profile.slo_pod_startup_p99_s},
+        "knee_pods_per_s": max(held) if held else None,
+        "knee_means": "the highest step rate at which pod-create p99 (apiserver histogram) and pod-startup p99 "
+                      "(creationTimestamp -> Ready) both held, every pod Running",
+        "steps": steps,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".png").write_bytes(plot(steps, profile, args.pods).png())
+    say(f"wrote {args.out} and {args.out.with_suffix('.png')}: knee {result['knee_pods_per_s']} pods/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
