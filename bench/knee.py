@@ -1,14 +1,16 @@
 """Benchmark (not a pass/fail test): the capacity knee -- the highest steady create rate at which the SLOs hold.
 
 Steps the steady phase of the burst suite (load/burst_plan.py) through rising
-create rates on one cluster; at each rate it creates ``--pods`` whole-node pods
-and records, from the apiserver's own histogram and the pods' own
+create rates on one cluster; each step creates whole-node pods at its rate for
+``--seconds`` (a sustained rate, not a spike: a scheduler slower than the rate
+falls further behind with every second; capped at the shared pool's size) and
+records, from the apiserver's own histogram and the pods' own
 timestamps, pod-create p99 and pod-startup p99 (the watch-observed startup
 and locust's client-side figures beside them). The knee is the highest rate
 at which both SLOs hold (mutating calls p99 <= 1 s, pod startup p99 <= 5 s);
 the nightly profile's ``burst_steady_rate`` is chosen below it (README).
 
-    python -m bench.knee [--profile nightly] [--rates 5,10,20,40] [--pods 400] [--kubeconfig PATH]
+    python -m bench.knee [--profile nightly] [--rates 10,20,40] [--seconds 30] [--kubeconfig PATH]
 
 Writes ``reports/bench/knee.json`` and the plot ``reports/bench/knee.png``.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from fixtures import cluster as backends
 from fixtures import toolchain
-from fixtures.burst import clear_phase, run_phase
+from fixtures.burst import clear_phase, run_phase, schedulable_shared_nodes
 from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
 from fixtures.profile import load_profile
@@ -45,11 +47,11 @@ def holds(step: dict, profile) -> bool:
             and create <= profile.slo_mutating_p99_s and startup <= profile.slo_pod_startup_p99_s)
 
 
-def plot(steps: list[dict], profile, pods: int) -> Figure:
+def plot(steps: list[dict], profile, seconds: float) -> Figure:
     def line(label, key):
         return Series(label, [(s["rate"], s[key]) for s in steps if s.get(key) is not None], style="line")
     return Figure(
-        title=f"Capacity knee at {profile.nodes:,} nodes: p99 latency vs steady create rate ({pods} pods per step)",
+        title=f"Capacity knee at {profile.nodes:,} nodes: p99 latency vs steady create rate ({seconds:g} s per step)",
         xlabel="target create rate (pods/s)", ylabel="p99 latency (s)",
         series=[line("pod startup p99, object timestamps", "pod_startup_server_p99_s"),
                 line("pod startup p99, as the watch saw it", "pod_startup_p99_s"),
@@ -64,8 +66,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--profile", default="nightly")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
-    ap.add_argument("--rates", default="5,10,20,30,40,60,80", help="pods/s, rising")
-    ap.add_argument("--pods", type=int, default=400, help="pods per step")
+    ap.add_argument("--rates", default="10,20,40,60,80,95", help="pods/s, rising")
+    ap.add_argument("--seconds", type=float, default=30, help="how long each step creates pods at its rate")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -83,15 +85,17 @@ def main(argv: list[str]) -> int:
              if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=False))
         ns = f"cp-{run_id[-4:]}-bench-knee"
         raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
-        broken_in_a_row = 0
+        broken_in_a_row, shared = 0, schedulable_shared_nodes(c.api, profile)
         try:
             with tempfile.TemporaryDirectory(prefix="cp-bench-knee-") as tmp:
                 for i, rate in enumerate(rates):
-                    phase = plan.steady(profile, rate=rate, pods=args.pods)
-                    say(f"step {i + 1}/{len(rates)}: {args.pods} pods at {rate:g} pods/s")
+                    pods = min(shared, int(rate * args.seconds))
+                    phase = plan.steady(profile, rate=rate, pods=pods)
+                    say(f"step {i + 1}/{len(rates)}: {pods} pods at {rate:g} pods/s")
                     run = run_phase(c.api, profile, phase, ns, run_id, Path(tmp) / f"step-{i}")
                     clear_phase(c.api, ns, run_id, phase)
-                    step = {"rate": rate, "pods": args.pods, **{k: run.figures.get(k) for k in KEEP},
+                    step = {"rate": rate, "pods": pods, "seconds": round(pods / rate, 1),
+                            **{k: run.figures.get(k) for k in KEEP},
                             "incomplete": run.incomplete}
                     step["slos_hold"] = holds(step, profile)
                     steps.append(step)
@@ -123,7 +127,7 @@ def main(argv: list[str]) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".png").write_bytes(plot(steps, profile, args.pods).png())
+    args.out.with_suffix(".png").write_bytes(plot(steps, profile, args.seconds).png())
     say(f"wrote {args.out} and {args.out.with_suffix('.png')}: knee {result['knee_pods_per_s']} pods/s")
     return 0
 

@@ -42,8 +42,9 @@ class Figure:
                 ax.plot(xs, ys, marker="o", label=s.label)
             else:
                 ax.scatter(xs, ys, s=6, alpha=0.6, label=s.label)
-        for label, y in self.thresholds.items():
-            ax.axhline(y, color="red", linestyle="--", linewidth=1.2, label=label)
+        styles = [("red", "--"), ("purple", ":"), ("black", "-.")]
+        for (label, y), (color, dash) in zip(self.thresholds.items(), styles * 3):
+            ax.axhline(y, color=color, linestyle=dash, linewidth=1.4, label=label)
         ax.set_title(self.title)
         ax.set_xlabel(self.xlabel)
         ax.set_ylabel(self.ylabel)
