@@ -8,6 +8,7 @@ Nothing here may mask a test result: report errors are swallowed and noted.
 """
 from __future__ import annotations
 
+import html
 import inspect
 import json
 from collections import Counter
@@ -51,10 +52,38 @@ def sentence(item) -> str:
 
 
 def description(item) -> str:
-    """What the check proves: its suite's module docstring, then its own docstring, if any."""
-    parts = [inspect.cleandoc(d) for d in (getattr(item.module, "__doc__", None),
-                                          getattr(getattr(item, "function", None), "__doc__", None)) if d]
+    """What the check proves: its own docstring, if any, then its suite's module docstring."""
+    parts = [inspect.cleandoc(d) for d in (getattr(getattr(item, "function", None), "__doc__", None),
+                                          getattr(item.module, "__doc__", None)) if d]
     return "\n\n".join(parts)
+
+
+def as_html(text: str) -> str:
+    """A docstring as readable HTML: paragraphs flowed, ``- `` lines as a list, ``code`` as code."""
+    out = []
+    for para in text.split("\n\n"):
+        lines = para.splitlines()
+        items, current = [], None
+        for ln in lines:
+            if ln.lstrip().startswith("- "):
+                current = [ln.lstrip()[2:]]
+                items.append(current)
+            elif current is not None:
+                current.append(ln.strip())
+            else:
+                items.append(ln.strip())
+        text_parts = [x for x in items if isinstance(x, str)]
+        if text_parts:
+            out.append(f"<p>{_inline(' '.join(text_parts))}</p>")
+        bullets = [x for x in items if isinstance(x, list)]
+        if bullets:
+            out.append("<ul>" + "".join(f"<li>{_inline(' '.join(b))}</li>" for b in bullets) + "</ul>")
+    return "\n".join(out)
+
+
+def _inline(text: str) -> str:
+    parts = html.escape(text).split("``")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
 def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=") -> None:
@@ -86,9 +115,11 @@ def pytest_runtest_makereport(item, call):
         # After allure-pytest has named the result (it overwrites what set-up fixtures set), and
         # also for a check whose set-up failed.
         allure.dynamic.title(sentence(item))
+        # The pytest id, for a reader (or a self-test) who wants the check behind a sentence title.
+        allure.dynamic.label("pytest.id", item.name)
         doc = description(item)
         if doc:
-            allure.dynamic.description(doc)
+            allure.dynamic.description_html(as_html(doc))
     if rep.when != "call" or not rep.failed:
         return
     c = _cluster(item)

@@ -33,6 +33,7 @@ import math
 
 import pytest
 
+from fixtures.burst import attach
 from fixtures.stash import PROFILE
 from fixtures.stats import percentile
 from load.burst_plan import burst as burst_phase
@@ -82,6 +83,7 @@ def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile):
 def test_steady_pod_startup_meets_the_slo(burst, profile):
     run, slo = burst["steady"], profile.slo_pod_startup_p99_s
     f = run.figures
+    attach(profile, run)
     # A pod that never ran counts as infinitely slow: the SLO is over every pod created.
     lat = [p.startup_server_s if p.startup_server_s is not None else math.inf for p in run.pods]
     lat += [math.inf] * max(0, run.planned - len(lat))
@@ -103,8 +105,9 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
 # --- burst phase: complete, unrefused, in time --------------------------------------------------
 
 @pytest.mark.smoke
-def test_every_pod_of_the_burst_is_created(burst):
+def test_every_pod_of_the_burst_is_created(burst, profile):
     run = burst["burst"]
+    attach(profile, run)
     f = run.figures
     errors = "; ".join(f"{r['Error']} x{r['Occurrences']}" for r in run.locust.failures)
     created = f["create_requests"] - f["create_failures"]

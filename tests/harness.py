@@ -46,12 +46,14 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900) -> SuiteRu
 
 
 def allure_results(tmp_path: Path) -> dict[str, dict]:
-    """Allure result files of a run_pytest() call, by test name (with parameters)."""
+    """Allure result files of a run_pytest() call, by pytest test name (with parameters; the
+    report's own name is the sentence title, so the plugin's ``pytest.id`` label is the key)."""
     import json
     out = {}
     for f in (tmp_path / "allure").glob("*-result.json"):
         r = json.loads(f.read_text())
-        out[r["name"]] = r
+        ids = [lb["value"] for lb in r.get("labels", []) if lb["name"] == "pytest.id"]
+        out[ids[0] if ids else r["name"]] = r
     return out
 
 

@@ -34,7 +34,7 @@ def test_node_plan_adds_up_to_the_profile_node_count(name, nodes):
 
 def test_overrides_are_typed_and_unknown_keys_rejected():
     small = ["nodes=7", "teams=a", "burst_jobs=1", "burst_job_size=1", "burst_users=1",
-             "burst_locust_processes=1"]
+             "burst_locust_processes=1", "burst_steady_pods=1"]
     assert load_profile("smoke", small).nodes == 7
     with pytest.raises(HarnessError, match="unknown key 'node'"):
         load_profile("smoke", ["node=7"])
@@ -199,3 +199,32 @@ def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped)
     assert bool(destructive.added) == skipped
     if skipped:
         assert "--allow-destructive" in destructive.added[0].kwargs["reason"]
+
+
+def test_report_titles_are_sentences_and_docstrings_read_as_html():
+    import types
+
+    from reports.plugin import as_html, sentence
+    item = types.SimpleNamespace(originalname="test_gang_is_bound_all_together", name="test_gang_is_bound_all_together[native]")
+    assert sentence(item) == "Gang is bound all together (native)"
+    html = as_html("What holds.\nStill the same paragraph.\n\n- a ``key``\n  continued\n- b")
+    assert html == "<p>What holds. Still the same paragraph.</p>\n<ul><li>a <code>key</code> continued</li><li>b</li></ul>"
+
+
+def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(monkeypatch):
+    import types
+    from collections import defaultdict
+
+    from fixtures.stash import BRINGUP_S
+    from reports import timing
+    config = types.SimpleNamespace(stash={BRINGUP_S: 100.0})
+    for name, value in (("_durations", defaultdict(float)), ("_tests", defaultdict(int)), ("_bringup", [0.0]),
+                        ("_config", [config])):
+        monkeypatch.setattr(timing, name, value)   # this session's own table is left alone
+    for when, secs in (("setup", 101.0), ("call", 5.0), ("teardown", 1.0)):
+        timing.pytest_runtest_logreport(types.SimpleNamespace(nodeid="suites/test_gang_scheduling.py::t", when=when,
+                                                              duration=secs, outcome="passed"))
+    profile = types.SimpleNamespace(budget_gang_scheduling_s=6, budget_bringup_s=0, budget_total_s=0)
+    rows = {r["suite"]: r for r in timing.rows(profile)}
+    assert rows[timing.BRINGUP]["seconds"] == 100.0 and rows[timing.BRINGUP]["budget_s"] is None
+    assert rows["gang_scheduling"]["seconds"] == 7.0 and rows["gang_scheduling"]["over_budget"]
