@@ -9,8 +9,9 @@ scheduler (test id ``[coscheduling]`` / ``[native]``):
   of the cluster; on an existing cluster ``gang_scheduler_name`` names the
   one it runs.
 - native: Kubernetes 1.35's alpha gang scheduling (Workload API,
-  ``spec.workloadRef``), if discovery shows it served; otherwise skipped with
-  the reason.
+  ``spec.workloadRef``), on profiles that ask for it (``gang_native``: the
+  ``native-gang`` profile), if discovery shows it served (otherwise skipped
+  with the reason).
 
 Checks 1-3 use a few scratch kwok nodes of their own (label and taint
 ``clusterproof.io/scratch``) so free capacity is exact; every pod is a
