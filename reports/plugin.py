@@ -43,10 +43,19 @@ def _cluster(item: pytest.Item):
     return item.config.stash.get(CLUSTER, None)
 
 
+# Words a test name spells in lower case that a sentence spells otherwise.
+_SPELLED = {"api": "API", "apis": "APIs", "slo": "SLO", "slos": "SLOs", "gpu": "GPU", "gpus": "GPUs",
+            "apf": "APF", "xid": "XID", "nvml": "NVML", "pdb": "PDB", "pdbs": "PDBs", "ecc": "ECC",
+            "pcie": "PCIe", "nvlink": "NVLink", "p99": "p99", "5xx": "5xx", "ip": "IP", "ips": "IPs",
+            "promql": "PromQL", "prometheus": "Prometheus", "endpointslice": "EndpointSlice",
+            "endpointslices": "EndpointSlices", "noexecute": "NoExecute", "noschedule": "NoSchedule",
+            "kubelet": "kubelet", "wal": "WAL", "rss": "RSS", "json": "JSON"}
+
+
 def sentence(item) -> str:
     """A check's title as a sentence: test_gang_is_bound_all_together[native] -> 'Gang is bound all together (native)'."""
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-    words = name.removeprefix("test_").replace("_", " ")
+    words = " ".join(_SPELLED.get(w, w) for w in name.removeprefix("test_").split("_"))
     param = item.name[len(name):].strip("[]") if "[" in item.name else ""
     return words[:1].upper() + words[1:] + (f" ({param})" if param else "")
 
@@ -62,6 +71,8 @@ def as_html(text: str) -> str:
     """A docstring as readable HTML: paragraphs flowed, ``- `` lines as a list, ``code`` as code."""
     out = []
     for para in text.split("\n\n"):
+        if not para.strip():
+            continue
         lines = para.splitlines()
         items, current = [], None
         for ln in lines:
@@ -74,10 +85,12 @@ def as_html(text: str) -> str:
                 items.append(ln.strip())
         text_parts = [x for x in items if isinstance(x, str)]
         if text_parts:
-            out.append(f"<p>{_inline(' '.join(text_parts))}</p>")
+            out.append(f'<p style="margin: 0 0 0.6em 0">{_inline(" ".join(text_parts))}</p>')
         bullets = [x for x in items if isinstance(x, list)]
         if bullets:
-            out.append("<ul>" + "".join(f"<li>{_inline(' '.join(b))}</li>" for b in bullets) + "</ul>")
+            # Allure's stylesheet resets list styles: the bullets are asked for inline.
+            out.append('<ul style="list-style: disc; padding-left: 1.5em; margin: 0.3em 0">'
+                       + "".join(f"<li>{_inline(' '.join(b))}</li>" for b in bullets) + "</ul>")
     return "\n".join(out)
 
 
@@ -107,8 +120,22 @@ def _allure_labels(request):
     yield
 
 
-@pytest.hookimpl(hookwrapper=True)
+def plain_failure(excinfo) -> None:
+    """A suite's failed assertion reads as its own sentence: pytest's introspection of the
+    expression (``assert not [Latency(...), ...]``) is cut from the message the report shows
+    (the full traceback keeps it)."""
+    err = excinfo.value if excinfo else None
+    if isinstance(err, AssertionError) and err.args and isinstance(err.args[0], str):
+        msg, sep, _ = err.args[0].partition("\nassert ")
+        if sep and msg.strip():
+            err.args = (msg,) + err.args[1:]
+
+
+# trylast: the innermost wrapper, so this runs before allure-pytest reads the outcome.
+@pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_makereport(item, call):
+    if call.excinfo is not None and item.nodeid.startswith("suites/"):
+        plain_failure(call.excinfo)
     outcome = yield
     rep = outcome.get_result()
     if rep.when == "setup":

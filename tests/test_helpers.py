@@ -208,7 +208,23 @@ def test_report_titles_are_sentences_and_docstrings_read_as_html():
     item = types.SimpleNamespace(originalname="test_gang_is_bound_all_together", name="test_gang_is_bound_all_together[native]")
     assert sentence(item) == "Gang is bound all together (native)"
     html = as_html("What holds.\nStill the same paragraph.\n\n- a ``key``\n  continued\n- b")
-    assert html == "<p>What holds. Still the same paragraph.</p>\n<ul><li>a <code>key</code> continued</li><li>b</li></ul>"
+    assert html.startswith('<p style="margin: 0 0 0.6em 0">What holds. Still the same paragraph.</p>\n<ul style=')
+    assert html.endswith("><li>a <code>key</code> continued</li><li>b</li></ul>")
+    api = types.SimpleNamespace(originalname="test_mutating_api_calls_meet_the_slo",
+                                name="test_mutating_api_calls_meet_the_slo")
+    assert sentence(api) == "Mutating API calls meet the SLO"
+
+
+def test_a_suites_failure_message_is_its_own_sentence():
+    from reports.plugin import plain_failure
+    with pytest.raises(AssertionError) as e:
+        assert not [1, 2], "mutating latency SLO broken: PATCH nodes p99 1.2 s"
+    plain_failure(e)
+    assert str(e.value) == "mutating latency SLO broken: PATCH nodes p99 1.2 s"
+    with pytest.raises(AssertionError) as e:
+        assert 1 == 2
+    plain_failure(e)        # no message of its own: pytest's explanation is all there is, kept
+    assert "assert 1 == 2" in str(e.value)
 
 
 def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(monkeypatch):
