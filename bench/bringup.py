@@ -10,11 +10,7 @@ the JSON records what was measured, whatever it is.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
-import os
-import platform
 import sys
 import threading
 import time
@@ -22,13 +18,9 @@ from pathlib import Path
 
 import psutil
 
-from fixtures import cluster as backends
-from fixtures import toolchain
-from fixtures.errors import HarnessError
-from fixtures.profile import load_profile
+from bench import common
+from fixtures.kwok import NAME_PREFIX, KwokCluster
 from fixtures.run import new_run_id
-
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "bringup.json"
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
 
 
@@ -58,41 +50,28 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="nightly")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap = common.parser(__doc__, "nightly", "bringup.json")
     ap.add_argument("--idle-seconds", type=float, default=120.0)
-    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--with-coscheduling", action="store_true",
                     help="also start the Coscheduling scheduler and controller (as the gang suite's runs do)")
     args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        profile = load_profile(args.profile, args.overrides)
-        toolchain.ensure_all(progress=say)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+    if args.kubeconfig:
+        raise common.fail(ValueError("bench.bringup measures the embedded cluster's bring-up: drop --kubeconfig"))
+    profile = common.load(args)
     run_id = new_run_id()
-    from fixtures.kwok import NAME_PREFIX, KwokCluster
     sampler = PeakRss(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40).directory / "pids")
     sampler.start()
-    c = None
     try:
-        c = backends.start_embedded(profile, run_id, say, coscheduling_components=args.with_coscheduling)
-        pids = c.kwok.pids()
-        cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
-        say(f"idle at full size for {args.idle_seconds:g} s")
-        cpu0, t0 = cpu_seconds(pids), time.monotonic()
-        time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
-        cpu1, elapsed = cpu_seconds(pids), time.monotonic() - t0
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        with common.cluster(args, profile, args.with_coscheduling, run_id) as c:
+            pids = c.kwok.pids()
+            cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
+            common.say(f"idle at full size for {args.idle_seconds:g} s")
+            cpu0, t0 = cpu_seconds(pids), time.monotonic()
+            time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
+            cpu1, elapsed = cpu_seconds(pids), time.monotonic() - t0
+            head = common.header(argv, c, profile, "bench.bringup")
     finally:
         sampler.stop.set()
-        if c is not None:
-            backends.stop(c, keep=False, progress=say)
     idle_cores = {k: (cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
     lease_s = profile.node_lease_duration_s * profile.heartbeat_factor
     b = c.bringup
@@ -123,15 +102,9 @@ def main(argv: list[str]) -> int:
             "kcm_node_monitor_grace_period_seconds": 40 * profile.heartbeat_factor,
         },
         "kcm_api_qps": profile.kcm_api_qps,
-        "versions": toolchain.versions(),
-        "profile": profile.name,
-        "overrides": args.overrides,
-        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-                    "python": platform.python_version()},
-        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **head,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    common.write(args.out, result)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -17,11 +17,6 @@ admission latency (last create -> all bound) is recorded.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -30,25 +25,20 @@ from pathlib import Path
 
 from kubernetes import client
 
-from fixtures import cluster as backends
+from bench import common
 from fixtures import coscheduling, toolchain
 from fixtures import gangs as g
 from fixtures.burst import create_window_rate, run_phase, scheduler_state
-from fixtures.errors import HarnessError
 from fixtures.kube import raw_request
 from fixtures.pod_spec import pod_body
 from fixtures.podtimeline import JOB_LABEL, PodTimeline
 from fixtures.pods import delete_run_pods
-from fixtures.profile import load_profile
-from fixtures.run import RUN_LABEL, metadata, new_run_id
+from fixtures.run import RUN_LABEL
 from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout
 from load import burst_plan as plan
 from load.burst_plan import PHASE_LABEL
 from load.identity import create_load_identity
-
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "burst.json"
-
 
 def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:
     """The second client: ``burst_users`` threads POSTing the same pods, one request each in flight."""
@@ -127,54 +117,29 @@ def gang_admission(c, profile, ns: str, run_id: str, say) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="smoke")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
-    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap = common.parser(__doc__, "smoke", "burst.json")
     ap.add_argument("--repeat", type=int, default=1, help="bursts per client (alternating), best kept")
-    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        profile = load_profile(args.profile, args.overrides)
-        if not args.kubeconfig:
-            toolchain.ensure_all(progress=say)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    run_id = new_run_id()
-    c = None
-    try:
-        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
-             if args.kubeconfig
-             else backends.start_embedded(profile, run_id, say, coscheduling_components=True))
-        ns = f"cp-{run_id[-4:]}-bench-burst"
-        raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
-        runs = []
-        try:
-            with tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
-                work = Path(tmp)
-                for r in range(args.repeat):
-                    say(f"burst {r + 1}/{args.repeat}: locust, {plan.burst(profile).pods} pods")
-                    b = run_phase(c.api, profile, plan.burst(profile), ns, run_id, work / f"locust-{r}")
-                    delete_run_pods(c.api, ns, run_id, timeout=300)
-                    say(f"burst {r + 1}/{args.repeat}: thread pool")
-                    ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
-                    tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
-                    delete_run_pods(c.api, ns, run_id, timeout=300)
-                    runs.append({"locust": {**b.figures, "incomplete": b.incomplete}, "threadpool": tp})
-                gang = gang_admission(c, profile, ns, run_id, say)
-        finally:
-            c.core.delete_namespace(ns)
+    profile = common.load(args)
+    runs = []
+    with common.cluster(args, profile, coscheduling=True) as c, common.namespace(c, "burst") as ns, \
+            tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
+        work, run_id, say = Path(tmp), c.run_id, common.say
+        for r in range(args.repeat):
+            say(f"burst {r + 1}/{args.repeat}: locust, {plan.burst(profile).pods} pods")
+            b = run_phase(c.api, profile, plan.burst(profile), ns, run_id, work / f"locust-{r}")
+            delete_run_pods(c.api, ns, run_id, timeout=300)
+            say(f"burst {r + 1}/{args.repeat}: thread pool")
+            ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
+            tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
+            delete_run_pods(c.api, ns, run_id, timeout=300)
+            runs.append({"locust": {**b.figures, "incomplete": b.incomplete}, "threadpool": tp})
+        gang = gang_admission(c, profile, ns, run_id, say)
         # Best of each client, as each run shares two cores with the whole control plane.
         loc = max((x["locust"] for x in runs), key=lambda f: f["create_qps"])
         tp = max((x["threadpool"] for x in runs), key=lambda f: f["create_qps"])
         result = {
-            "command": "python -m bench.burst " + " ".join(argv),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
-            "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+            **common.header(argv, c, profile, "bench.burst"),
             "scheduler": {"binary": "kube-scheduler " + toolchain.KUBERNETES_VERSION if c.kwok else "existing",
                           "client_qps": profile.scheduler_api_qps if c.kwok else None,
                           "client_burst": profile.scheduler_api_burst if c.kwok else None,
@@ -201,17 +166,10 @@ def main(argv: list[str]) -> int:
                                           if x["threadpool"]["create_qps"] else None for x in runs],
             "runs": runs,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        say(f"wrote {args.out}: locust {loc['create_qps']} pods/s vs thread pool {tp['create_qps']} pods/s "
-            f"(ratio {result['create_rate_ratio']}), scheduling {loc['scheduling_throughput_pods_per_s']} pods/s")
-        return 0
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if c is not None:
-            backends.stop(c, False, say)
+    common.write(args.out, result)
+    common.say(f"locust {loc['create_qps']} pods/s vs thread pool {tp['create_qps']} pods/s "
+               f"(ratio {result['create_rate_ratio']}), scheduling {loc['scheduling_throughput_pods_per_s']} pods/s")
+    return 0
 
 
 if __name__ == "__main__":

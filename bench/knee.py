@@ -16,26 +16,15 @@ Writes ``reports/bench/knee.json`` and the plot ``reports/bench/knee.png``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
-from fixtures import cluster as backends
-from fixtures import toolchain
+from bench import common
 from fixtures.burst import clear_phase, run_phase, schedulable_shared_nodes
-from fixtures.errors import HarnessError
-from fixtures.kube import raw_request
-from fixtures.profile import load_profile
-from fixtures.run import metadata, new_run_id
 from load import burst_plan as plan
 from reports.plots import Figure, Series
 
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "knee.json"
 KEEP = ("create_qps", "create_latency_server_p99_s", "create_latency_p99_s", "pod_startup_server_p50_s",
         "pod_startup_server_p99_s", "pod_startup_p99_s", "watch_lag_created_p99_s", "watch_lag_running_p99_s",
         "created_to_bound_p99_s", "scheduling_throughput_pods_per_s", "pods_running", "responses_429")
@@ -62,73 +51,49 @@ def plot(steps: list[dict], profile, seconds: float) -> Figure:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="nightly")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
-    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap = common.parser(__doc__, "nightly", "knee.json")
     ap.add_argument("--rates", default="10,20,40,60,80,95", help="pods/s, rising")
     ap.add_argument("--seconds", type=float, default=30, help="how long each step creates pods at its rate")
-    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    profile = common.load(args)
     try:
-        profile = load_profile(args.profile, args.overrides)
         rates = [float(r) for r in args.rates.split(",")]
-        if not args.kubeconfig:
-            toolchain.ensure_all(progress=say)
-    except (HarnessError, ValueError) as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    run_id, c, steps = new_run_id(), None, []
-    try:
-        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
-             if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=False))
-        ns = f"cp-{run_id[-4:]}-bench-knee"
-        raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
+    except ValueError as e:
+        raise common.fail(e) from None
+    steps = []
+    with common.cluster(args, profile) as c, common.namespace(c, "knee") as ns, \
+            tempfile.TemporaryDirectory(prefix="cp-bench-knee-") as tmp:
         broken_in_a_row, shared = 0, schedulable_shared_nodes(c.api, profile)
-        try:
-            with tempfile.TemporaryDirectory(prefix="cp-bench-knee-") as tmp:
-                for i, rate in enumerate(rates):
-                    pods = min(shared, int(rate * args.seconds))
-                    phase = plan.steady(profile, rate=rate, pods=pods)
-                    say(f"step {i + 1}/{len(rates)}: {pods} pods at {rate:g} pods/s")
-                    run = run_phase(c.api, profile, phase, ns, run_id, Path(tmp) / f"step-{i}")
-                    clear_phase(c.api, ns, run_id, phase)
-                    step = {"rate": rate, "pods": pods, "seconds": round(pods / rate, 1),
-                            **{k: run.figures.get(k) for k in KEEP},
-                            "incomplete": run.incomplete}
-                    step["slos_hold"] = holds(step, profile)
-                    steps.append(step)
-                    say(f"  create p99 {step['create_latency_server_p99_s']} s (apiserver), startup p99 "
-                        f"{step['pod_startup_server_p99_s']} s (timestamps) / {step['pod_startup_p99_s']} s (watch): "
-                        f"{'SLOs hold' if step['slos_hold'] else 'SLO broken'}")
-                    broken_in_a_row = 0 if step["slos_hold"] else broken_in_a_row + 1
-                    if broken_in_a_row == 2:   # past the knee twice: higher rates only break it more
-                        break
-        finally:
-            c.core.delete_namespace(ns)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if c is not None:
-            backends.stop(c, False, say)
+        for i, rate in enumerate(rates):
+            pods = min(shared, int(rate * args.seconds))
+            phase = plan.steady(profile, rate=rate, pods=pods)
+            common.say(f"step {i + 1}/{len(rates)}: {pods} pods at {rate:g} pods/s")
+            run = run_phase(c.api, profile, phase, ns, c.run_id, Path(tmp) / f"step-{i}")
+            clear_phase(c.api, ns, c.run_id, phase)
+            step = {"rate": rate, "pods": pods, "seconds": round(pods / rate, 1),
+                    **{k: run.figures.get(k) for k in KEEP},
+                    "incomplete": run.incomplete}
+            step["slos_hold"] = holds(step, profile)
+            steps.append(step)
+            common.say(f"  create p99 {step['create_latency_server_p99_s']} s (apiserver), startup p99 "
+                       f"{step['pod_startup_server_p99_s']} s (timestamps) / {step['pod_startup_p99_s']} s (watch): "
+                       f"{'SLOs hold' if step['slos_hold'] else 'SLO broken'}")
+            broken_in_a_row = 0 if step["slos_hold"] else broken_in_a_row + 1
+            if broken_in_a_row == 2:   # past the knee twice: higher rates only break it more
+                break
+        head = common.header(argv, c, profile, "bench.knee")
     held = [s["rate"] for s in steps if s["slos_hold"]]
     result = {
-        "command": "python -m bench.knee " + " ".join(argv),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+        **head,
         "slos": {"mutating_p99_s": profile.slo_mutating_p99_s, "pod_startup_p99_s": profile.slo_pod_startup_p99_s},
         "knee_pods_per_s": max(held) if held else None,
         "knee_means": "the highest step rate at which pod-create p99 (apiserver histogram) and pod-startup p99 "
                       "(creationTimestamp -> Ready) both held, every pod Running",
         "steps": steps,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    common.write(args.out, result)
     args.out.with_suffix(".png").write_bytes(plot(steps, profile, args.seconds).png())
-    say(f"wrote {args.out} and {args.out.with_suffix('.png')}: knee {result['knee_pods_per_s']} pods/s")
+    common.say(f"knee {result['knee_pods_per_s']} pods/s; plot {args.out.with_suffix('.png')}")
     return 0
 
 

@@ -1,0 +1,122 @@
+"""What every benchmark shares: its command line, its cluster, its namespace, and how it writes JSON.
+
+Why a module: a benchmark is a measurement, and its figures must say how
+they were made -- the command, the date, the machine, the cluster -- the same
+way for every bench; and a bench must leave nothing behind, like a suite.
+
+    args = common.parser(__doc__, default_profile="smoke").parse_args(argv)
+    profile = common.load(args)                # one line + exit 2 on bad input
+    with common.cluster(args, profile) as c, common.namespace(c, "knee") as ns:
+        ...
+    common.write(args.out, {**common.header(argv, c, profile), ...})
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from fixtures import cluster as backends
+from fixtures import toolchain
+from fixtures.errors import HarnessError
+from fixtures.kube import delete_if_present, raw_request
+from fixtures.pods import delete_run_pods
+from fixtures.profile import Profile, load_profile
+from fixtures.run import metadata, new_run_id
+
+OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
+    """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>``); add your own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--profile", default=default_profile)
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap.add_argument("--out", type=Path, default=OUT_DIR / out)
+    return ap
+
+
+class Failed(SystemExit):
+    """A bench ends on bad input or a harness error: one line, exit 2."""
+
+
+def fail(e: Exception) -> Failed:
+    print(f"clusterproof: {e}", file=sys.stderr)
+    return Failed(2)
+
+
+def load(args) -> Profile:
+    """The profile (and, for an embedded cluster, every binary built first)."""
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        if not args.kubeconfig:
+            toolchain.ensure_all(progress=say)
+        return profile
+    except HarnessError as e:
+        raise fail(e) from None
+
+
+@contextlib.contextmanager
+def cluster(args, profile: Profile, coscheduling: bool = False,
+            run_id: str | None = None) -> Iterator[backends.Cluster]:
+    """An embedded cluster for this bench (or the existing one ``--kubeconfig`` names), gone afterwards."""
+    run_id, c = run_id or new_run_id(), None
+    try:
+        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
+             if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling))
+        yield c
+    except HarnessError as e:
+        raise fail(e) from None
+    finally:
+        if c is not None:
+            backends.stop(c, False, say)
+
+
+@contextlib.contextmanager
+def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
+    """A run-labelled namespace ``cp-<run>-bench-<name>``; its pods deleted (and waited for), then it."""
+    ns = f"cp-{c.run_id[-4:]}-bench-{name}"
+    raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, c.run_id)}).data
+    try:
+        yield ns
+    finally:
+        try:
+            delete_run_pods(c.api, ns, c.run_id, timeout=600)
+        finally:
+            delete_if_present(c.api, f"/api/v1/namespaces/{ns}")
+
+
+def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module: str) -> dict:
+    """How the figures were made: command, date, machine (and its load), cluster."""
+    out = {
+        "command": f"python -m {module} " + " ".join(argv),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "versions": toolchain.versions(),
+        "profile": profile.name,
+    }
+    if c is not None:
+        out["cluster"] = {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version,
+                          "simulated": c.simulated}
+    return out
+
+
+def write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    say(f"wrote {path}")
