@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -146,7 +147,12 @@ func loadFaults(path string) (*faultFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fault file %s cannot be read: %v", path, err)
 	}
-	key := fmt.Sprintf("%s|%d|%d", path, st.Size(), st.ModTime().UnixNano())
+	// The inode too: the harness replaces the file atomically (rename), maybe within one mtime tick.
+	var ino uint64
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	key := fmt.Sprintf("%s|%d|%d|%d", path, ino, st.Size(), st.ModTime().UnixNano())
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
 	if key == cacheKey && cached != nil {
