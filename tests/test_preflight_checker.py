@@ -63,12 +63,17 @@ def test_healthy_machine_passes_every_check(lib, tmp_path, model, name):
     assert v["driver"] == "550.54.15" and "libnvidia-ml.so.1" in v["library"] and str(lib) in v["library"]
 
 
+def _one_machine(lib, tmp_path, kind: str, *args):
+    """(run, verdict) of one machine with fault (or benign) ``kind``."""
+    ff = FaultFile(tmp_path / "faults.json")
+    ff.set({"m": kind})
+    run = _run(lib, ff.path, ["m"], *args)
+    return run, run.verdicts["m"]
+
+
 @pytest.mark.parametrize("kind", list(FAULTS))
 def test_every_injected_fault_fails_the_machine_with_its_reason(lib, tmp_path, kind):
-    ff = FaultFile(tmp_path / "faults.json")
-    ff.set({"bad": kind})
-    run = _run(lib, ff.path, ["bad"])
-    v = run.verdicts["bad"]
+    run, v = _one_machine(lib, tmp_path, kind)
     assert run.returncode == 1 and not v["ok"], f"the checker missed {FAULTS[kind].what}: {v}"
     assert v["code"] == FAULTS[kind].code, (FAULTS[kind].what, v["reasons"])
     checks = [r["check"] for r in v["reasons"]]
@@ -81,10 +86,7 @@ def test_every_injected_fault_fails_the_machine_with_its_reason(lib, tmp_path, k
 
 @pytest.mark.parametrize("kind", list(BENIGN))
 def test_benign_conditions_pass(lib, tmp_path, kind):
-    ff = FaultFile(tmp_path / "faults.json")
-    ff.set({"fine": kind})
-    run = _run(lib, ff.path, ["fine"])
-    v = run.verdicts["fine"]
+    run, v = _one_machine(lib, tmp_path, kind)
     assert run.returncode == 0 and v["ok"], f"{BENIGN[kind].what} failed the machine: {v['reasons']}"
 
 
@@ -130,9 +132,7 @@ def test_pcie_generation_below_max_fails_only_under_load(lib, tmp_path):
 
 def test_ignored_xid_is_what_lets_a_broken_agent_release_a_node(lib, tmp_path):
     """The negative control's agent ignores XID 79 this way; the checker then passes the machine."""
-    ff = FaultFile(tmp_path / "faults.json")
-    ff.set({"bad": "xid-79"})
-    assert _run(lib, ff.path, ["bad"], "--ignore-xids", "13,31,43,45,68,109,79").verdicts["bad"]["ok"]
+    assert _one_machine(lib, tmp_path, "xid-79", "--ignore-xids", "13,31,43,45,68,109,79")[1]["ok"]
 
 
 def test_expected_gpu_count_is_checked(lib, tmp_path):

@@ -46,12 +46,17 @@ const (
 
 // NVML's own texts for the codes this library returns.
 var errorText = map[nvml.Return]string{
-	nvml.SUCCESS: "Success", nvml.ERROR_UNINITIALIZED: "Uninitialized",
-	nvml.ERROR_INVALID_ARGUMENT: "Invalid Argument", nvml.ERROR_NOT_SUPPORTED: "Not Supported",
-	nvml.ERROR_INSUFFICIENT_SIZE: "Insufficient Size", nvml.ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-	nvml.ERROR_TIMEOUT: "Timeout", nvml.ERROR_GPU_IS_LOST: "GPU is lost",
+	nvml.SUCCESS:                       "Success",
+	nvml.ERROR_UNINITIALIZED:           "Uninitialized",
+	nvml.ERROR_INVALID_ARGUMENT:        "Invalid Argument",
+	nvml.ERROR_NOT_SUPPORTED:           "Not Supported",
+	nvml.ERROR_INSUFFICIENT_SIZE:       "Insufficient Size",
+	nvml.ERROR_DRIVER_NOT_LOADED:       "Driver Not Loaded",
+	nvml.ERROR_TIMEOUT:                 "Timeout",
+	nvml.ERROR_GPU_IS_LOST:             "GPU is lost",
 	nvml.ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
-	nvml.ERROR_MEMORY: "Insufficient Memory", nvml.ERROR_UNKNOWN: "Unknown Error",
+	nvml.ERROR_MEMORY:                  "Insufficient Memory",
+	nvml.ERROR_UNKNOWN:                 "Unknown Error",
 }
 
 func cstring(s string) *C.char {
@@ -147,46 +152,39 @@ func putString(buf *C.char, n C.uint, s string) C.cp_return_t {
 	return success
 }
 
-//export nvmlSystemGetDriverVersion
-func nvmlSystemGetDriverVersion(buf *C.char, n C.uint) C.cp_return_t {
+// system serves one NVML query about the current machine through go-nvml's nvml.Interface.
+func system[T any](get func(nvml.Interface) (T, nvml.Return), put func(T) C.cp_return_t) C.cp_return_t {
 	mu.Lock()
 	defer mu.Unlock()
 	if cur == nil {
 		return uninitialized
 	}
-	v, r := cur.srv.SystemGetDriverVersion()
+	v, r := get(cur.srv)
 	if r != nvml.SUCCESS {
 		return C.cp_return_t(r)
 	}
-	return putString(buf, n, v)
+	return put(v)
+}
+
+//export nvmlSystemGetDriverVersion
+func nvmlSystemGetDriverVersion(buf *C.char, n C.uint) C.cp_return_t {
+	return system(nvml.Interface.SystemGetDriverVersion, stringOut(buf, n))
 }
 
 //export nvmlSystemGetNVMLVersion
 func nvmlSystemGetNVMLVersion(buf *C.char, n C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	if cur == nil {
-		return uninitialized
-	}
-	v, r := cur.srv.SystemGetNVMLVersion()
-	if r != nvml.SUCCESS {
-		return C.cp_return_t(r)
-	}
-	return putString(buf, n, v)
+	return system(nvml.Interface.SystemGetNVMLVersion, stringOut(buf, n))
 }
 
 //export nvmlSystemGetCudaDriverVersion_v2
 func nvmlSystemGetCudaDriverVersion_v2(out *C.int) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	if cur == nil {
-		return uninitialized
-	}
-	v, r := cur.srv.SystemGetCudaDriverVersion()
-	if r == nvml.SUCCESS && out != nil {
+	return system(nvml.Interface.SystemGetCudaDriverVersion, func(v int) C.cp_return_t {
+		if out == nil {
+			return invalid
+		}
 		*out = C.int(v)
-	}
-	return C.cp_return_t(r)
+		return success
+	})
 }
 
 //export nvmlSystemGetCudaDriverVersion
@@ -196,16 +194,7 @@ func nvmlSystemGetCudaDriverVersion(out *C.int) C.cp_return_t {
 
 //export nvmlDeviceGetCount_v2
 func nvmlDeviceGetCount_v2(out *C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	if cur == nil {
-		return uninitialized
-	}
-	n, r := cur.srv.DeviceGetCount()
-	if r == nvml.SUCCESS && out != nil {
-		*out = C.uint(n)
-	}
-	return C.cp_return_t(r)
+	return system(nvml.Interface.DeviceGetCount, uintOut(out))
 }
 
 //export nvmlDeviceGetHandleByIndex_v2
@@ -245,47 +234,17 @@ func device(d C.cp_device_t) (*gpu, int, C.cp_return_t) {
 
 //export nvmlDeviceGetName
 func nvmlDeviceGetName(d C.cp_device_t, buf *C.char, n C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	s, ret := g.dev.GetName()
-	if ret != nvml.SUCCESS {
-		return C.cp_return_t(ret)
-	}
-	return putString(buf, n, s)
+	return answer(d, func(g *gpu) (string, nvml.Return) { return g.dev.GetName() }, stringOut(buf, n))
 }
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(d C.cp_device_t, buf *C.char, n C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	s, ret := g.dev.GetUUID()
-	if ret != nvml.SUCCESS {
-		return C.cp_return_t(ret)
-	}
-	return putString(buf, n, s)
+	return answer(d, func(g *gpu) (string, nvml.Return) { return g.dev.GetUUID() }, stringOut(buf, n))
 }
 
 //export nvmlDeviceGetIndex
 func nvmlDeviceGetIndex(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	v, ret := g.dev.GetIndex()
-	if ret == nvml.SUCCESS && out != nil {
-		*out = C.uint(v)
-	}
-	return C.cp_return_t(ret)
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetIndex() }, uintOut(out))
 }
 
 //export nvmlDeviceGetPciInfo_v3
@@ -315,17 +274,9 @@ func nvmlDeviceGetPciInfo_v3(d C.cp_device_t, out *C.cp_pci_info_t) C.cp_return_
 
 //export nvmlDeviceGetTotalEccErrors
 func nvmlDeviceGetTotalEccErrors(d C.cp_device_t, errorType C.uint, counterType C.uint, out *C.ulonglong) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	v, ret := g.dev.GetTotalEccErrors(nvml.MemoryErrorType(errorType), nvml.EccCounterType(counterType))
-	if ret == nvml.SUCCESS && out != nil {
-		*out = C.ulonglong(v)
-	}
-	return C.cp_return_t(ret)
+	return answer(d, func(g *gpu) (uint64, nvml.Return) {
+		return g.dev.GetTotalEccErrors(nvml.MemoryErrorType(errorType), nvml.EccCounterType(counterType))
+	}, ullOut(out))
 }
 
 //export nvmlDeviceGetRemappedRows
@@ -356,21 +307,15 @@ func cbool(b bool) C.uint {
 
 //export nvmlDeviceGetNvLinkState
 func nvmlDeviceGetNvLinkState(d C.cp_device_t, link C.uint, active *C.uint) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	s, ret := g.dev.GetNvLinkState(int(link))
-	if ret == nvml.SUCCESS && active != nil {
-		*active = C.uint(s)
-	}
-	return C.cp_return_t(ret)
+	return answer(d, func(g *gpu) (int, nvml.Return) {
+		s, r := g.dev.GetNvLinkState(int(link))
+		return int(s), r
+	}, uintOut(active))
 }
 
-// intQuery answers the NVML functions of shape (device, unsigned int *out).
-func intQuery(d C.cp_device_t, out *C.uint, get func(*gpu) (int, nvml.Return)) C.cp_return_t {
+// answer serves one NVML query about device d of the current machine: get reads it through
+// go-nvml's nvml.Device, put stores it in the caller's out-parameter (and may refuse: a short buffer).
+func answer[T any](d C.cp_device_t, get func(*gpu) (T, nvml.Return), put func(T) C.cp_return_t) C.cp_return_t {
 	mu.Lock()
 	defer mu.Unlock()
 	g, _, r := device(d)
@@ -378,71 +323,80 @@ func intQuery(d C.cp_device_t, out *C.uint, get func(*gpu) (int, nvml.Return)) C
 		return r
 	}
 	v, ret := get(g)
-	if ret == nvml.SUCCESS && out != nil {
-		*out = C.uint(v)
+	if ret != nvml.SUCCESS {
+		return C.cp_return_t(ret)
 	}
-	return C.cp_return_t(ret)
+	return put(v)
+}
+
+func uintOut(out *C.uint) func(int) C.cp_return_t {
+	return func(v int) C.cp_return_t {
+		if out == nil {
+			return invalid
+		}
+		*out = C.uint(v)
+		return success
+	}
+}
+
+func ullOut(out *C.ulonglong) func(uint64) C.cp_return_t {
+	return func(v uint64) C.cp_return_t {
+		if out == nil {
+			return invalid
+		}
+		*out = C.ulonglong(v)
+		return success
+	}
+}
+
+func stringOut(buf *C.char, n C.uint) func(string) C.cp_return_t {
+	return func(s string) C.cp_return_t { return putString(buf, n, s) }
 }
 
 //export nvmlDeviceGetCurrPcieLinkGeneration
 func nvmlDeviceGetCurrPcieLinkGeneration(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) { return g.dev.GetCurrPcieLinkGeneration() })
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetCurrPcieLinkGeneration() }, uintOut(out))
 }
 
 //export nvmlDeviceGetMaxPcieLinkGeneration
 func nvmlDeviceGetMaxPcieLinkGeneration(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) { return g.dev.GetMaxPcieLinkGeneration() })
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetMaxPcieLinkGeneration() }, uintOut(out))
 }
 
 //export nvmlDeviceGetGpuMaxPcieLinkGeneration
 func nvmlDeviceGetGpuMaxPcieLinkGeneration(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) { return g.dev.GetGpuMaxPcieLinkGeneration() })
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetGpuMaxPcieLinkGeneration() }, uintOut(out))
 }
 
 //export nvmlDeviceGetCurrPcieLinkWidth
 func nvmlDeviceGetCurrPcieLinkWidth(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) { return g.dev.GetCurrPcieLinkWidth() })
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetCurrPcieLinkWidth() }, uintOut(out))
 }
 
 //export nvmlDeviceGetMaxPcieLinkWidth
 func nvmlDeviceGetMaxPcieLinkWidth(d C.cp_device_t, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) { return g.dev.GetMaxPcieLinkWidth() })
+	return answer(d, func(g *gpu) (int, nvml.Return) { return g.dev.GetMaxPcieLinkWidth() }, uintOut(out))
 }
 
 //export nvmlDeviceGetTemperature
 func nvmlDeviceGetTemperature(d C.cp_device_t, sensor C.uint, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) {
+	return answer(d, func(g *gpu) (int, nvml.Return) {
 		v, r := g.dev.GetTemperature(nvml.TemperatureSensors(sensor))
 		return int(v), r
-	})
+	}, uintOut(out))
 }
 
 //export nvmlDeviceGetTemperatureThreshold
 func nvmlDeviceGetTemperatureThreshold(d C.cp_device_t, kind C.uint, out *C.uint) C.cp_return_t {
-	return intQuery(d, out, func(g *gpu) (int, nvml.Return) {
+	return answer(d, func(g *gpu) (int, nvml.Return) {
 		v, r := g.dev.GetTemperatureThreshold(nvml.TemperatureThresholds(kind))
 		return int(v), r
-	})
-}
-
-// bitsQuery answers the NVML functions of shape (device, unsigned long long *out).
-func bitsQuery(d C.cp_device_t, out *C.ulonglong, get func(*gpu) (uint64, nvml.Return)) C.cp_return_t {
-	mu.Lock()
-	defer mu.Unlock()
-	g, _, r := device(d)
-	if r != success {
-		return r
-	}
-	v, ret := get(g)
-	if ret == nvml.SUCCESS && out != nil {
-		*out = C.ulonglong(v)
-	}
-	return C.cp_return_t(ret)
+	}, uintOut(out))
 }
 
 //export nvmlDeviceGetCurrentClocksEventReasons
 func nvmlDeviceGetCurrentClocksEventReasons(d C.cp_device_t, out *C.ulonglong) C.cp_return_t {
-	return bitsQuery(d, out, func(g *gpu) (uint64, nvml.Return) { return g.dev.GetCurrentClocksEventReasons() })
+	return answer(d, func(g *gpu) (uint64, nvml.Return) { return g.dev.GetCurrentClocksEventReasons() }, ullOut(out))
 }
 
 //export nvmlDeviceGetCurrentClocksThrottleReasons
@@ -452,7 +406,7 @@ func nvmlDeviceGetCurrentClocksThrottleReasons(d C.cp_device_t, out *C.ulonglong
 
 //export nvmlDeviceGetSupportedEventTypes
 func nvmlDeviceGetSupportedEventTypes(d C.cp_device_t, out *C.ulonglong) C.cp_return_t {
-	return bitsQuery(d, out, func(g *gpu) (uint64, nvml.Return) { return g.dev.GetSupportedEventTypes() })
+	return answer(d, func(g *gpu) (uint64, nvml.Return) { return g.dev.GetSupportedEventTypes() }, ullOut(out))
 }
 
 //export nvmlEventSetCreate

@@ -223,7 +223,7 @@ func validate(m machineFaults) error {
 	return nil
 }
 
-// newMachine builds the machine ``name`` from go-nvml's mock server of its model and its faults.
+// newMachine builds the machine named name from go-nvml's mock server of its model and its faults.
 func newMachine(name string, ff *faultFile) *machine {
 	mf, ok := ff.Machines[name]
 	if !ok {
