@@ -43,31 +43,23 @@ a remediation that ignores the cap (check 3 names the nodes out at once).
 """
 from __future__ import annotations
 
-import time
-
 import allure
 import pytest
 
 from fixtures.gpu_pods import (cross_check, gpu_rows, idle_gpu_nodes, render_table, run_checker_pods,
                                simulate_checker_pods, table_csv)
 from fixtures.errors import HarnessError
-from fixtures.informer import Informer
-from fixtures.kube import delete_if_present, list_raw, raw_request
-from fixtures.mock_nvml import BENIGN, FAULTS, checker_env, library_dir, run_checker
-from fixtures.pod_spec import pod_body
-from fixtures.pods import delete_run_pods, list_pods
-from fixtures.preflight import WAIT_LABEL, node_events, remove_waiting_workloads
+from fixtures.mock_nvml import FAULTS, checker_env, library_dir, run_checker
+from fixtures.pods import list_pods
+from fixtures.preflight import WAIT_LABEL, remove_waiting_workloads
 from fixtures.preflight_contract import evictable, is_workload
-from fixtures.run import metadata
+from fixtures.preflight_phases import go_bad_in_service, settle_join, what
 from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout, wait_for
 from reports.plots import Figure, Series
 from reports.plugin import measured
 
 SHOW = 10
-IN_SERVICE_KINDS = ("xid-79", "ecc-uncorrectable", "nvlink-down", "gpu-lost", "row-remap-pending", "xid-94",
-                    "hw-slowdown", "pcie-degraded")
-RS_LABEL = "clusterproof.io/preflight-inservice"
 FAILED_SAYS_WHY_S = 30   # a decision written in several requests completes within this
 
 
@@ -87,13 +79,6 @@ def _node(run, name: str) -> dict | None:
     return run.watch.nodes.get(name)
 
 
-def _what(run, name: str) -> str:
-    kind = run.plan.get(name)
-    if kind in FAULTS:
-        return f"injected: {FAULTS[kind].what}"
-    return f"healthy, {BENIGN[kind].what}" if kind in BENIGN else "healthy"
-
-
 def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
     order = {n: i for i, n in enumerate(run.names)}
     series = [Series(label, [(order[n], decided[n]) for n in run.names
@@ -108,54 +93,20 @@ def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
 @pytest.mark.smoke
 def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(preflight, cluster, profile):
     run = _simulated(preflight)
-    marks, bound, bad = run.marks, profile.preflight_quarantine_timeout_s, []
-
-    def undecided():
-        run.alive()
-        return sorted(n for n in run.names if marks.state(_node(run, n) or {"metadata": {}}) not in
-                      ("failed", "released"))
-    try:
-        wait_for(undecided, until=lambda left: not left, timeout=bound, interval=0.5,
-                 what=f"all {len(run.names)} joining nodes quarantined or released")
-    except WaitTimeout as e:
-        bad.append(str(e))
-    events = node_events(cluster.api, marks.event_reason)
-    decided, quarantine, release = {}, [], []
-    for name in run.names:
-        node, code = _node(run, name), run.faults.expected_code(name)
-        if node is None:
-            bad.append(f"node {name} is gone")
-            continue
-        state = marks.state(node)
-        joined = run.watch.seen(name, "pending")
-        t = run.watch.seen(name, state) if state in ("failed", "released") else None
-        if joined is not None and t is not None:
-            decided[name] = t - joined
-            (quarantine if code else release).append(t - joined)
-            if t - joined > bound:
-                bad.append(f"node {name} was {state} only {t - joined:.1f} s after it joined (bound {bound} s)")
-        if code and state == "released":
-            bad.append(f"node {name} ({_what(run, name)}) was released; it must stay quarantined with reason {code}")
-        elif code and state == "failed":
-            bad += marks.quarantine_problems(node, code, events.get(name, []))
-        elif not code and state == "failed":
-            cond = marks.condition(node) or {}
-            bad.append(f"node {name} ({_what(run, name)}) was quarantined with reason {marks.reason(node)}: "
-                       f"{cond.get('message', '')}")
-        elif not code:
-            bad += marks.release_problems(node)
+    bound = profile.preflight_quarantine_timeout_s
+    out = settle_join(cluster.api, run, bound)
     status = run.agent.status() if run.agent else {}
     faulty = sum(1 for n in run.names if run.faults.expected_code(n))
     measured("nodes joined (faulty / healthy)", len(run.names), f"nodes ({faulty} faulty)")
-    measured("time to quarantine, p50", percentile(quarantine, 50), "s")
-    measured("time to quarantine, p99", percentile(quarantine, 99), "s", bound)
-    measured("time to release, p99", percentile(release, 99), "s", bound)
+    measured("time to quarantine, p50", percentile(out.quarantine_s, 50), "s")
+    measured("time to quarantine, p99", percentile(out.quarantine_s, 99), "s", bound)
+    measured("time to release, p99", percentile(out.release_s, 99), "s", bound)
     if status.get("checks"):
         measured("checker time per node (agent, mock NVML)", 1000 * status["check_seconds"] / status["checks"], "ms")
-    _decision_plot(run, decided, bound)
-    allure.attach("\n".join(f"{n}: {marks.state(_node(run, n) or {'metadata': {}})} ({_what(run, n)})"
+    _decision_plot(run, out.decided_s, bound)
+    allure.attach("\n".join(f"{n}: {run.marks.state(_node(run, n) or {'metadata': {}})} ({what(run, n)})"
                             for n in run.names), "joining nodes: state and injected fault", allure.attachment_type.TEXT)
-    assert not bad, f"{len(bad)} preflight decision problem(s): " + _names(bad)
+    assert not out.problems, f"{len(out.problems)} preflight decision problem(s): " + _names(out.problems)
 
 
 @pytest.mark.smoke
@@ -182,7 +133,7 @@ def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflig
             state = marks.state(_node(run, node)) if node and _node(run, node) else None
             if node and state != "released":
                 bad.append(f"pod {run.namespace}/{pod} is on node {node}, which is {state} "
-                           f"({_what(run, node)}; reason {marks.reason(_node(run, node))})")
+                           f"({what(run, node)}; reason {marks.reason(_node(run, node))})")
         measured("waiting pods bound", sum(1 for v in placed.values() if v), "pods", total, op="==")
     finally:
         remove_waiting_workloads(api, run, run_id)   # the in-service check needs the nodes
@@ -191,121 +142,23 @@ def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflig
 
 # --- 3. going bad in service -----------------------------------------------------------------------
 
-class _ReadyCount:
-    """Ready pods of one ReplicaSet over time (the PodDisruptionBudget's view), from a watch."""
-
-    def __init__(self, api, ns: str):
-        self.ready: dict[str, bool] = {}
-        self.low: tuple[int, float] | None = None
-        self.armed = False
-        self.informer = Informer(api, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": RS_LABEL}, self._apply,
-                                 chunk_s=10)
-
-    def _apply(self, kind: str, pod: dict) -> None:
-        name = pod["metadata"]["name"]
-        ok = kind != "DELETED" and not pod["metadata"].get("deletionTimestamp") and any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in pod["status"].get("conditions") or [])
-        self.ready[name] = ok
-        n = sum(self.ready.values())
-        if self.armed and (self.low is None or n < self.low[0]):
-            self.low = (n, time.time())
-
-    def count(self) -> int:
-        return sum(self.ready.values())
-
-
-def _replicaset(ns: str, run_id: str, run, replicas: int, gpus: int) -> tuple[dict, dict]:
-    tmpl = pod_body("inservice", run_id, gpus=gpus, labels={RS_LABEL: "rs"}, node_selector=run.selector,
-                    tolerations=[run.toleration])
-    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata("inservice", run_id, {RS_LABEL: "rs"}),
-          "spec": {"replicas": replicas, "selector": {"matchLabels": {RS_LABEL: "rs"}},
-                   "template": {"metadata": {"labels": tmpl["metadata"]["labels"]}, "spec": tmpl["spec"]}}}
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata("inservice", run_id),
-           "spec": {"minAvailable": replicas - 1, "selector": {"matchLabels": {RS_LABEL: "rs"}}}}
-    return rs, pdb
-
-
-def _drained(api, node: str) -> bool:
-    pods = list_raw(api, "/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})["items"]
-    return not [p for p in pods if evictable(p)]
-
-
 @pytest.mark.smoke
 def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(preflight, cluster, profile, namespace,
                                                                            run_id):
     run = _simulated(preflight)
-    api, marks, cap, k = cluster.api, run.marks, profile.preflight_max_unavailable, profile.preflight_inservice_faults
-    replicas, bound, bad = k + 3, profile.preflight_remediation_timeout_s, []
-    rs, pdb = _replicaset(namespace, run_id, run, replicas, profile.node_gpus)
-    raw_request(api, "POST", f"/apis/apps/v1/namespaces/{namespace}/replicasets", body=rs).data
-    raw_request(api, "POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", body=pdb).data
-    ready = _ReadyCount(api, namespace)
-    ready.informer.start()
-    times: list[float] = []
-    most = None
-    try:
-        wait_for(ready.count, until=lambda n: n == replicas, timeout=bound, interval=0.5,
-                 what=f"{replicas} ReplicaSet pods Ready on released nodes")
-        ready.armed = True
-        hosts = sorted({p["spec"]["nodeName"] for p in list_pods(api, namespace, RS_LABEL).values()})
-        victims = {name: IN_SERVICE_KINDS[i % len(IN_SERVICE_KINDS)] for i, name in enumerate(hosts[:k])}
-        for name, kind in victims.items():
-            run.plan[name] = kind
-        t_fault = time.monotonic()
-        run.faults.set(victims)
-        allure.attach("\n".join(f"{n}: {FAULTS[kind].what}" for n, kind in victims.items()),
-                      f"{k} nodes going bad in service at once (cap {cap})", allure.attachment_type.TEXT)
-
-        def out_and_drained():
-            run.alive()
-            return sorted(n for n in victims if _node(run, n) and marks.out_of_service(_node(run, n))
-                          and _drained(api, n))
-        waves = [(min(cap, k), t_fault)]
-        done: set[str] = set()
-        for want, since in waves:
-            try:
-                now_out = wait_for(out_and_drained, until=lambda o: len(set(o) - done) >= want, timeout=bound,
-                                   interval=0.5, what=f"{want} more node(s) gone bad cordoned and drained")
-            except WaitTimeout as e:
-                bad.append(str(e))
-                break
-            for n in set(now_out) - done:
-                t = run.watch.seen(n, "out-of-service")
-                times.append((t or time.monotonic()) - since)
-            done |= set(now_out)
-            left = len(victims) - len(done)
-            if left:   # the nodes out go for repair (deleted): slots free up for the rest
-                for n in sorted(set(now_out)):
-                    delete_if_present(api, f"/api/v1/nodes/{n}")
-                waves.append((min(cap, left), time.monotonic()))
-        events = node_events(api, marks.event_reason)
-        for n, kind in victims.items():
-            node = _node(run, n)
-            if node is not None and n in done:
-                bad += marks.remediation_problems(node, FAULTS[kind].code, events.get(n, []))
-        most, when, which = run.watch.max_out()
-        if most > cap:
-            bad.append(f"{most} nodes were out of service at once (cap preflight_max_unavailable={cap}): "
-                       f"{', '.join(sorted(which))}")
-        if ready.low is not None and ready.low[0] < replicas - 1:
-            bad.append(f"PodDisruptionBudget inservice (minAvailable {replicas - 1}) was overrun: only "
-                       f"{ready.low[0]} of {replicas} pods were Ready at "
-                       f"{time.strftime('%H:%M:%S', time.localtime(ready.low[1]))}")
-        slow = [t for t in times if t > bound]
-        if slow:
-            bad.append(f"{len(slow)} node(s) cordoned and drained later than {bound} s: {', '.join(f'{t:.1f} s' for t in slow)}")
-    finally:
-        ready.informer.stop()
-        delete_if_present(api, f"/apis/apps/v1/namespaces/{namespace}/replicasets/inservice")
-        delete_run_pods(api, namespace, run_id)
+    cap, bound = profile.preflight_max_unavailable, profile.preflight_remediation_timeout_s
+    out = go_bad_in_service(cluster.api, run, profile, namespace, run_id)
+    allure.attach("\n".join(f"{n}: {FAULTS[kind].what}" for n, kind in out.victims.items())
+                  + "".join(f"\nwave {i + 1}: {', '.join(w)}" for i, w in enumerate(out.waves)),
+                  f"{len(out.victims)} nodes going bad in service at once (cap {cap})", allure.attachment_type.TEXT)
     status = run.agent.status() if run.agent else {}
-    measured("most nodes out of service at once", most, "nodes", cap)
-    measured("time to cordon and drain, p99", percentile(times, 99), "s", bound)
-    measured("fewest ReplicaSet pods Ready", ready.low[0] if ready.low else None, "pods", replicas - 1, op=">=")
+    measured("most nodes out of service at once", out.most_out, "nodes", cap)
+    measured("time to cordon and drain, p99", percentile(out.cordon_drain_s, 99), "s", bound)
+    measured("fewest ReplicaSet pods Ready", out.fewest_ready, "pods", out.replicas - 1, op=">=")
     if status:
         measured("evictions refused by the PDB (429, retried)",
                  sum(d["refused_429"] for d in status.get("drains", {}).values()), "evictions")
-    assert not bad, f"{len(bad)} in-service remediation problem(s): " + _names(bad)
+    assert not out.problems, f"{len(out.problems)} in-service remediation problem(s): " + _names(out.problems)
 
 
 # --- 4. the checker on every node agrees with the cluster ------------------------------------------
