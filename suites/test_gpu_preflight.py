@@ -54,6 +54,7 @@ from fixtures.pods import list_pods
 from fixtures.preflight import WAIT_LABEL, remove_waiting_workloads
 from fixtures.preflight_contract import evictable, is_workload
 from fixtures.preflight_phases import go_bad_in_service, settle_join, what
+from fixtures.stash import EXTRA_ENV
 from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout, wait_for
 from reports.plots import Figure, Series
@@ -275,6 +276,7 @@ def test_checker_passes_on_this_machine(pytestconfig):
         env, what = checker_env(None, library_dir()), "SIMULATED: mock NVML library (pass --local-gpus for real GPUs)"
         allure.dynamic.tag("simulated")
     allure.dynamic.parameter("GPUs checked", what)
+    pytestconfig.stash.setdefault(EXTRA_ENV, {})["gpu.local"] = what
     run = run_checker(None, env)
     if run.returncode == 4:
         pytest.exit(f"clusterproof: --local-gpus: {run.stderr}", returncode=4)
