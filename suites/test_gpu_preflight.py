@@ -39,7 +39,9 @@ simulated clusters only. Negative controls:
 tests/test_gpu_preflight_controls.py -- an agent that ignores XID 79 (check
 1 fails naming the node and the reason), one that removes the taint before
 its checks finish (checks 2 and 6 name the pods bound to unchecked nodes),
-a remediation that ignores the cap (check 3 names the nodes out at once).
+a remediation that ignores the cap (check 3 names the nodes out at once),
+a drain that deletes pods past their PodDisruptionBudget (check 3 names the
+budget).
 """
 from __future__ import annotations
 

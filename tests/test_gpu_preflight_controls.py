@@ -11,7 +11,8 @@ harness's reference agent plays the preflight DaemonSet):
   workloads land on nodes that had not passed; the whole-run watch names
   the pods and the nodes;
 - a remediation that ignores the cap: the in-service check names every node
-  that was out at once;
+  that was out at once; one that deletes pods past their PodDisruptionBudget:
+  the check names the budget and how few pods were left Ready;
 - bad input (profile values, ``--local-gpus`` without NVML): one line, exit 4;
 - Ctrl-C in the middle of the in-service check, and a run killed with
   SIGKILL (the next run's sweeper): no scratch node, namespace, Event,
@@ -140,6 +141,18 @@ def test_remediation_that_ignores_the_cap_fails_naming_the_nodes_out_at_once(clu
     m = re.search(rf"(\d+) nodes were out of service at once \(cap preflight_max_unavailable={cap}\): "
                   rf"((?:{SCRATCH}(?:, )?)+)", msg)
     assert m and int(m[1]) == k and len(m[2].split(", ")) == k, msg[:3000]
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+def test_drain_that_ignores_the_pdb_fails_naming_the_budget(cluster, profile, run_id, tmp_path):
+    """Not one of the issue's three: it proves the PodDisruptionBudget check can fail too."""
+    rid, run = _run(cluster, profile, tmp_path, "preflight_agent=ignore-pdb", select="in_service")
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(IN_SERVICE, "")
+    replicas = profile.preflight_inservice_faults + 3
+    m = re.search(rf"PodDisruptionBudget inservice \(minAvailable {replicas - 1}\) was overrun: only (\d+) of "
+                  rf"{replicas} pods were Ready at", msg)
+    assert m and int(m[1]) < replicas - 1, msg[:3000]
     _assert_nothing_left(cluster, profile, run_id, rid)
 
 
