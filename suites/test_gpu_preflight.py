@@ -55,7 +55,7 @@ from fixtures.mock_nvml import FAULTS, checker_env, library_dir, run_checker
 from fixtures.pods import list_pods
 from fixtures.preflight import WAIT_LABEL, remove_waiting_workloads
 from fixtures.preflight_contract import evictable, is_workload
-from fixtures.preflight_phases import go_bad_in_service, settle_join, what
+from fixtures.preflight_phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
 from fixtures.stash import EXTRA_ENV
 from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout, wait_for
@@ -63,7 +63,6 @@ from reports.plots import Figure, Series
 from reports.plugin import measured
 
 SHOW = 10
-FAILED_SAYS_WHY_S = 30   # a decision written in several requests completes within this
 
 
 def _names(items: list[str]) -> str:
@@ -242,11 +241,11 @@ def _unpassed_problems(run) -> tuple[list[str], int, int]:
 @pytest.mark.smoke
 def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight):
     """Observational, safe on any cluster. A node caught between two writes of a decision (the label
-    and cordon, then the condition) gets ``FAILED_SAYS_WHY_S`` to complete it."""
+    and cordon, then the condition) gets ``SAYS_WHY_S`` to complete it."""
     run = preflight
     try:
         bad, under, failed = wait_for(lambda: _unpassed_problems(run), until=lambda r: not r[0],
-                                      timeout=FAILED_SAYS_WHY_S, interval=1, what="no problem on unpassed nodes")
+                                      timeout=SAYS_WHY_S, interval=1, what="no problem on unpassed nodes")
     except WaitTimeout:
         bad, under, failed = _unpassed_problems(run)
     if not under and not failed:
