@@ -241,5 +241,7 @@ def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, tmp_pa
     sweeper, run = _run(cluster, profile, tmp_path / "next", select="under_preflight")
     assert run.returncode == 0, run.output[-3000:]
     assert re.search(rf"sweep: removed: nodes/{SCRATCH} \(run {rid}: lease", run.output), run.output[-3000:]
+    assert f"removed the work directories of dead runs: cp-preflight-{rid}-" in run.output, run.output[-3000:]
+    assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the killed run's fault file is left"
     _assert_nothing_left(cluster, profile, run_id, rid)
     _assert_nothing_left(cluster, profile, run_id, sweeper)
