@@ -17,6 +17,7 @@ pytest_plugins = [
     "fixtures.gang_backends", # gang backends and their dedicated nodes
     "fixtures.isolation",     # team admission, team namespaces
     "fixtures.burst",         # the measured burst
+    "fixtures.preflight",     # GPU preflight: contract watch, reference agent, joining nodes, faults
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]
@@ -37,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--sweep-leftovers", action="store_true",
                 help="on a real cluster, remove what earlier, dead runs of the harness left (by default "
                      "they are only listed); the embedded cluster is always swept")
+    g.addoption("--local-gpus", action="store_true",
+                help="also run the GPU preflight checker on this machine's GPUs (its own libnvidia-ml); "
+                     "without it that check runs against the project's mock NVML library")
     g.addoption("--keep-cluster", action="store_true",
                 help="do not delete the embedded cluster at the end (its kubeconfig is printed)")
     # Internal: self-tests pass their own run id to the suites they drive.

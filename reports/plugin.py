@@ -22,7 +22,7 @@ from fixtures import toolchain
 from fixtures.kube import list_all, list_raw
 from fixtures.nodes import has_ready_condition
 from fixtures.run import RUN_LABEL
-from fixtures.stash import CLUSTER, PROFILE, RUN_ID
+from fixtures.stash import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
 
 RESULTS_DIR = Path(__file__).resolve().parent / "allure-results"
 # How the report sorts what did not pass (Allure takes the first category that matches).
@@ -217,6 +217,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         env["hardware"] = "no cluster used"
     else:
         env.update(c.describe())
+    env.update(stash.get(EXTRA_ENV, {}))   # what suites add (e.g. which GPUs the preflight checks used)
     (path / "environment.properties").write_text(
         "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
     (path / "clusterproof-run.json").write_text(json.dumps(env, indent=2))

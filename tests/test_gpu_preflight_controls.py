@@ -1,0 +1,247 @@
+"""Negative controls, bad input and cleanup for suites/test_gpu_preflight.py.
+
+The suite runs as a user would run it (a subprocess, ``--kubeconfig`` on this
+session's embedded cluster: the existing-cluster backend, simulated, so the
+harness's reference agent plays the preflight DaemonSet):
+
+- healthy: every check passes, and nothing of the run is left;
+- an agent that ignores XID 79: the decision check fails, naming the node
+  with the XID 79 fault and the reason it should carry;
+- an agent that removes the taint before its checks finish: the waiting
+  workloads land on nodes that had not passed; the whole-run watch names
+  the pods and the nodes;
+- a remediation that ignores the cap: the in-service check names every node
+  that was out at once; one that deletes pods past their PodDisruptionBudget:
+  the check names the budget and how few pods were left Ready;
+- bad input (profile values, ``--local-gpus`` without NVML): one line, exit 4;
+- Ctrl-C in the middle of the in-service check, and a run killed with
+  SIGKILL (the next run's sweeper): no scratch node, namespace, Event,
+  agent process or fault file is left, and no planned node carries a
+  preflight mark or a cordon it did not have.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fixtures.kube import list_raw
+from fixtures.liveness import wait_expired
+from fixtures.nodes import node_bodies
+from fixtures.preflight_contract import Marks
+from fixtures.run import RUN_LABEL
+from fixtures.waiting import wait_for
+from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+
+pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
+SUITE = "suites/test_gpu_preflight.py"
+DECIDED = "test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released"
+WAITING = "test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones"
+IN_SERVICE = "test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb"
+EVER_BOUND = "test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed"
+SCRATCH = r"cp-gpu-scratch-pf-[0-9a-z]+-[0-9a-f]+-\d+"
+
+
+def _args(cluster, profile, run_id, *sets, select=None):
+    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", run_id,
+            "--set=gang_scheduler_name=clusterproof-coscheduling",
+            *(["-k", select] if select else []), *[f"--set={s}" for s in sets]]
+
+
+def _run(cluster, profile, tmp_path, *sets, select=None, timeout=900):
+    run_id = f"pfctl-{os.urandom(2).hex()}"
+    return run_id, run_pytest(_args(cluster, profile, run_id, *sets, select=select), tmp_path, timeout=timeout)
+
+
+def leftovers(cluster, profile, session_run: str, run_id: str) -> list[str]:
+    """Everything of ``run_id`` still on the cluster (its scratch nodes, namespaces, Events...), its agent
+    process, and every planned node that carries a preflight mark or cordon the plan does not give it."""
+    api, marks = cluster.api, Marks.from_profile(profile)
+    left = run_leftovers(api, run_id)
+    left += [f"agent process {p.pid}" for p in psutil.process_iter(["cmdline"])
+             if "fixtures.preflight_agent" in " ".join(p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+    nodes = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}
+    for body in node_bodies(profile, session_run):
+        name = body["metadata"]["name"]
+        node = nodes.get(name)
+        if node is None:
+            left.append(f"planned node {name} is gone")
+            continue
+        planned_taint = any(t["key"] == marks.taint_key for t in body["spec"]["taints"])
+        if marks.tainted(node) != planned_taint or marks.label(node) or marks.reason(node) \
+                or node["spec"].get("unschedulable") or marks.condition(node):
+            left.append(f"planned node {name} carries a preflight mark or cordon ({marks.state(node)})")
+    return left
+
+
+def _assert_nothing_left(cluster, profile, session_run, run_id):
+    wait_for(lambda: leftovers(cluster, profile, session_run, run_id), until=lambda left: not left,
+             timeout=180, interval=1, what=f"nothing of run {run_id} left")
+
+
+# --- the suite passes on a healthy cluster --------------------------------------------------------
+
+def test_suite_passes_with_the_reference_agent(cluster, profile, run_id, tmp_path):
+    rid, run = _run(cluster, profile, tmp_path)
+    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+    assert len(run.passed) == 7, run.output[-3000:]
+    res = allure_results(tmp_path)
+    atts = {a["name"] for a in res["test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions"]["attachments"]}
+    assert {"GPU table (one row per GPU)", "GPU table (csv)"} <= atts, atts
+    params = {p["name"]: p["value"] for p in res[DECIDED]["parameters"]}
+    assert "time to quarantine, p99" in params and "nodes joined (faulty / healthy)" in params, params
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+# --- negative controls ----------------------------------------------------------------------------------
+
+def _negative(res, test):
+    params = {p["value"] for p in res[test].get("parameters", [])}
+    assert any("NEGATIVE CONTROL" in v for v in params), params
+
+
+def test_agent_that_ignores_xid_79_fails_naming_the_node_and_the_reason(cluster, profile, run_id, tmp_path):
+    rid, run = _run(cluster, profile, tmp_path, "preflight_agent=ignore-xid79", select="quarantined")
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(DECIDED, "")
+    xid79 = set(re.findall(rf"node ({SCRATCH}) \(injected: XID 79 \(GPU fell off the bus\) on GPU 3\) was "
+                           r"released; it must stay quarantined with reason xid-79", msg))
+    assert len(xid79) == 1, msg[:3000]
+    # Only the XID 79 node: every other fault is still caught.
+    assert set(re.findall(rf"node ({SCRATCH}) \(injected: [^;]*\) was released", msg)) == xid79, msg[:3000]
+    assert "Traceback" not in msg
+    _negative(allure_results(tmp_path), DECIDED)
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+def test_agent_that_removes_the_taint_before_checks_finish_is_caught_by_the_watch(cluster, profile, run_id,
+                                                                                  tmp_path):
+    rid, run = _run(cluster, profile, tmp_path, "preflight_agent=untaint-early", select="waiting or ever_bound")
+    assert run.returncode == 1, run.output[-3000:]
+    assert set(run.failures) == {WAITING, EVER_BOUND}, run.output[-3000:]
+    pattern = (rf"pod cp-\w+-preflight-[0-9a-f]+/[\w-]+ was bound to node ({SCRATCH}) while it had not passed "
+               rf"preflight \(label {re.escape(profile.preflight_label_key)}=pending\)")
+    for test in (WAITING, EVER_BOUND):
+        assert re.search(pattern, run.failures[test]), run.failures[test][:3000]
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+def test_remediation_that_ignores_the_cap_fails_naming_the_nodes_out_at_once(cluster, profile, run_id, tmp_path):
+    rid, run = _run(cluster, profile, tmp_path, "preflight_agent=ignore-cap", select="in_service")
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(IN_SERVICE, "")
+    k, cap = profile.preflight_inservice_faults, profile.preflight_max_unavailable
+    m = re.search(rf"(\d+) nodes were out of service at once \(cap preflight_max_unavailable={cap}\): "
+                  rf"((?:{SCRATCH}(?:, )?)+)", msg)
+    assert m and int(m[1]) == k and len(m[2].split(", ")) == k, msg[:3000]
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+def test_drain_that_ignores_the_pdb_fails_naming_the_budget(cluster, profile, run_id, tmp_path):
+    """Not one of the issue's three: it proves the PodDisruptionBudget check can fail too."""
+    rid, run = _run(cluster, profile, tmp_path, "preflight_agent=ignore-pdb", select="in_service")
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(IN_SERVICE, "")
+    replicas = profile.preflight_inservice_faults + 3
+    m = re.search(rf"PodDisruptionBudget inservice \(minAvailable {replicas - 1}\) was overrun: only (\d+) of "
+                  rf"{replicas} pods were Ready at", msg)
+    assert m and int(m[1]) < replicas - 1, msg[:3000]
+    _assert_nothing_left(cluster, profile, run_id, rid)
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("setting,expected", [
+    pytest.param("preflight_agent=lenient", "preflight_agent must be one of auto, harness, cluster, ignore-xid79",
+                 id="unknown-agent"),
+    pytest.param("preflight_inservice_faults=3", "preflight_inservice_faults (3) must be larger than "
+                 "preflight_max_unavailable (3)", id="cap-never-tested"),
+    pytest.param("preflight_join_nodes=10", "preflight_join_nodes=10 leaves", id="cohort-too-small"),
+    pytest.param("preflight_condition_type=gpu-bad", "preflight_condition_type 'gpu-bad' must match",
+                 id="condition-not-camel-case"),
+    pytest.param("preflight_reason_label_key=clusterproof.io/preflight", "preflight_label_key and "
+                 "preflight_reason_label_key are both", id="same-label-keys"),
+])
+def test_bad_preflight_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
+    run = run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120)
+    assert run.returncode == 4, run.output[-2000:]
+    assert expected in run.output, run.output[-2000:]
+    assert "Traceback" not in run.output
+
+
+def test_local_gpus_without_an_nvml_library_is_one_line(tmp_path):
+    """No GPU on this machine: ``--local-gpus`` asks for its real libnvidia-ml, which is not there."""
+    run = run_pytest([SUITE, "--profile", "smoke", "--local-gpus", "-k", "this_machine"], tmp_path, timeout=120)
+    assert run.returncode == 4, run.output[-2000:]
+    assert "clusterproof: --local-gpus: preflight: no NVML library" in run.output, run.output[-2000:]
+    assert "NVMLError_LibraryNotFound" in run.output and "Traceback" not in run.output
+
+
+# --- nothing is left behind ----------------------------------------------------------------------------------
+
+def _start(cluster, profile, tmp_path, rid, *sets, select=None):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
+           *_args(cluster, profile, rid, *sets, select=select)]
+    # SIGINT back to default in the child (a parent started without job control passes it on ignored).
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_cordoned(cluster, proc, rid):
+    """Until the run's agent has cordoned a node gone bad in service (the middle of the in-service check)."""
+    def cordoned():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+        return [n for n in list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]
+                if n["spec"].get("unschedulable") and "clusterproof.io/preflight" not in n["metadata"]["labels"]]
+    wait_for(cordoned, timeout=300, interval=0.5, what=f"run {rid} cordoned a node gone bad in service")
+
+
+def test_interrupted_run_leaves_no_node_mark_agent_or_event(cluster, profile, run_id, tmp_path):
+    rid = f"pfctl-{os.urandom(2).hex()}"
+    proc = _start(cluster, profile, tmp_path, rid, select="in_service")
+    try:
+        _wait_cordoned(cluster, proc, rid)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+    _assert_nothing_left(cluster, profile, run_id, rid)
+    assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the run's fault file is left"
+
+
+def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, tmp_path):
+    """SIGKILL: nothing can clean up. The agent dies with the harness; the next run's sweeper removes
+    the scratch nodes and the Events once the killed run's Lease has expired."""
+    rid = f"pfdead-{os.urandom(2).hex()}"
+    proc = _start(cluster, profile, tmp_path, rid, "run_lease_duration_s=10", select="in_service")
+    try:
+        _wait_cordoned(cluster, proc, rid)
+        proc.kill()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_for(lambda: [p.pid for p in psutil.process_iter(["cmdline"])
+                      if rid in (p.info["cmdline"] or []) and "fixtures.preflight_agent" in " ".join(p.info["cmdline"])],
+             until=lambda alive: not alive, timeout=30, interval=0.5, what=f"the killed run {rid}'s agent gone")
+    left = run_leftovers(cluster.api, rid)
+    assert any(x.startswith("scratch node") for x in left), left   # the kill really left something
+    wait_expired(cluster.api, rid, timeout=60)
+    (tmp_path / "next").mkdir()
+    sweeper, run = _run(cluster, profile, tmp_path / "next", select="under_preflight")
+    assert run.returncode == 0, run.output[-3000:]
+    assert re.search(rf"sweep: removed: nodes/{SCRATCH} \(run {rid}: lease", run.output), run.output[-3000:]
+    assert f"removed the work directories of dead runs: cp-preflight-{rid}-" in run.output, run.output[-3000:]
+    assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the killed run's fault file is left"
+    _assert_nothing_left(cluster, profile, run_id, rid)
+    _assert_nothing_left(cluster, profile, run_id, sweeper)
