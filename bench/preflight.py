@@ -22,11 +22,6 @@ join to decision per node, with its data in the JSON):
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -35,21 +30,15 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fixtures import apimetrics, toolchain
-from fixtures import cluster as backends
-from fixtures.errors import HarnessError
-from fixtures.isolation import create_namespace
-from fixtures.kube import delete_if_present
+from bench import common
+from fixtures import apimetrics
 from fixtures.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from fixtures.preflight import PreflightRun, remove_waiting_workloads, setup_simulated, teardown
 from fixtures.preflight_contract import Marks
 from fixtures.preflight_phases import go_bad_in_service, settle_join
-from fixtures.profile import load_profile
-from fixtures.run import new_run_id
 from fixtures.stats import percentile
 from reports.plots import Figure, Series
 
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "preflight.json"
 REQUESTS = "apiserver_request_total"
 
 
@@ -108,59 +97,45 @@ def dist(values: list[float]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="smoke")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap = common.parser(__doc__, "smoke", "preflight.json")
     ap.add_argument("--machines", type=int, default=7500, help="simulated machines for the checker's own cost")
-    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        profile = load_profile(args.profile, args.overrides)
-        toolchain.ensure_all(progress=say)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+    if args.kubeconfig:
+        raise common.fail(ValueError("bench.preflight plays the agent on simulated nodes: drop --kubeconfig"))
+    profile, say = common.load(args), common.say
     say(f"checker: {args.machines} simulated machines in one process vs a process each")
     cost = checker_cost(args.machines)
     say(f"checker: {cost['one_process_s']} s in one process ({cost['per_machine_ms']} ms each); a process per "
         f"machine {cost['process_per_machine_s']} s each -> {cost['process_per_machine_projected_s']} s")
-    run_id, c, run = new_run_id(), None, None
-    try:
-        c = backends.start_embedded(profile, run_id, say, coscheduling_components=False)
-        api = c.api
+    with common.cluster(args, profile) as c:
+        api, run_id = c.api, c.run_id
         run = PreflightRun(Marks.from_profile(profile), True, agent_kind="harness", description="bench")
-        m0 = request_counts(apimetrics.scrape(api, (REQUESTS,)))
-        t0 = time.monotonic()
-        setup_simulated(api, c, run, profile, run_id, None, say)
-        created_s = time.monotonic() - t0
-        join = settle_join(api, run, profile.preflight_quarantine_timeout_s)
-        join_s = time.monotonic() - t0
-        say(f"join: {len(join.decided_s)} nodes decided, {len(join.problems)} problem(s)")
-        joined = {"nodes": len(run.names), "faulty": sum(1 for n in run.names if run.faults.expected_code(n)),
-                  "fault_kinds": sorted({k for k in run.plan.values() if k in FAULTS})}
-        remove_waiting_workloads(api, run, run_id)
-        s1, m1 = run.agent.status(), request_counts(apimetrics.scrape(api, (REQUESTS,)))
-        ns = f"cp-{run_id[-4:]}-bench-preflight"
-        create_namespace(api, ns, run_id)
         try:
-            t1 = time.monotonic()
-            ins = go_bad_in_service(api, run, profile, ns, run_id)
-            ins_s = time.monotonic() - t1
+            m0 = request_counts(apimetrics.scrape(api, (REQUESTS,)))
+            t0 = time.monotonic()
+            setup_simulated(api, c, run, profile, run_id, None, say)
+            created_s = time.monotonic() - t0
+            join = settle_join(api, run, profile.preflight_quarantine_timeout_s)
+            join_s = time.monotonic() - t0
+            say(f"join: {len(join.decided_s)} nodes decided, {len(join.problems)} problem(s)")
+            joined = {"nodes": len(run.names), "faulty": sum(1 for n in run.names if run.faults.expected_code(n)),
+                      "fault_kinds": sorted({k for k in run.plan.values() if k in FAULTS})}
+            remove_waiting_workloads(api, run, run_id)
+            s1, m1 = run.agent.status(), request_counts(apimetrics.scrape(api, (REQUESTS,)))
+            with common.namespace(c, "preflight") as ns:
+                t1 = time.monotonic()
+                ins = go_bad_in_service(api, run, profile, ns, run_id)
+                ins_s = time.monotonic() - t1
+            s2, m2 = run.agent.status(), request_counts(apimetrics.scrape(api, (REQUESTS,)))
         finally:
-            delete_if_present(api, f"/api/v1/namespaces/{ns}")
-        s2, m2 = run.agent.status(), request_counts(apimetrics.scrape(api, (REQUESTS,)))
+            teardown(api, run, run_id)
         say(f"in service: waves {[len(w) for w in ins.waves]}, {len(ins.problems)} problem(s)")
         decided = len(join.decided_s)
         join_agent = agent_delta(s1["requests"], {})
         ins_agent = agent_delta(s2["requests"], s1["requests"])
         sweeps = s2.get("sweeps") or []
         result = {
-            "command": "python -m bench.preflight " + " ".join(argv),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
-            "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+            **common.header(argv, c, profile, "bench.preflight"),
             "gpus": "simulated: go-nvml mock DGX H100 machines through the project's libnvidia-ml.so.1 (real pynvml)",
             "checker": cost,
             "join": {**joined, "xid_window_ms": profile.preflight_xid_window_ms,
@@ -188,29 +163,20 @@ def main(argv: list[str]) -> int:
                            "apiserver_requests": delta(m2, m1)},
             "decision_s_per_node": {n: round(t, 3) for n, t in sorted(join.decided_s.items())},
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        order = {n: i for i, n in enumerate(run.names)}
-        faulty_at_join = {n for n in run.names if run.plan.get(n) in FAULTS and n not in ins.victims}
-        fig = Figure(f"GPU preflight: join to decision, {len(run.names)} joining nodes ({profile.nodes}-node cluster)",
-                     "node (join order)", "time from join to decision (s)",
-                     [Series(label, [(order[n], t) for n, t in join.decided_s.items()
-                                     if (n in faulty_at_join) == faulty])
-                      for label, faulty in (("faulty: quarantined", True), ("healthy: released", False))],
-                     {f"bound (preflight_quarantine_timeout_s = {profile.preflight_quarantine_timeout_s} s)":
-                      profile.preflight_quarantine_timeout_s})
-        args.out.with_suffix(".png").write_bytes(fig.png())
-        say(f"wrote {args.out}: quarantine p99 {result['join']['time_to_quarantine']['p99_s']} s, release p99 "
-            f"{result['join']['time_to_release']['p99_s']} s, agent {join_agent['total']} requests for {decided} nodes")
-        return 0
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if run is not None and c is not None:
-            teardown(c.api, run, run_id)
-        if c is not None:
-            backends.stop(c, False, say)
+    common.write(args.out, result)
+    order = {n: i for i, n in enumerate(run.names)}
+    faulty_at_join = {n for n in run.names if run.plan.get(n) in FAULTS and n not in ins.victims}
+    fig = Figure(f"GPU preflight: join to decision, {len(run.names)} joining nodes ({profile.nodes}-node cluster)",
+                 "node (join order)", "time from join to decision (s)",
+                 [Series(label, [(order[n], t) for n, t in join.decided_s.items()
+                                 if (n in faulty_at_join) == faulty])
+                  for label, faulty in (("faulty: quarantined", True), ("healthy: released", False))],
+                 {f"bound (preflight_quarantine_timeout_s = {profile.preflight_quarantine_timeout_s} s)":
+                  profile.preflight_quarantine_timeout_s})
+    args.out.with_suffix(".png").write_bytes(fig.png())
+    say(f"quarantine p99 {result['join']['time_to_quarantine']['p99_s']} s, release p99 "
+        f"{result['join']['time_to_release']['p99_s']} s, agent {join_agent['total']} requests for {decided} nodes")
+    return 0
 
 
 if __name__ == "__main__":
