@@ -17,6 +17,8 @@ pytest_plugins = [
     "fixtures.gang_backends", # gang backends and their dedicated nodes
     "fixtures.isolation",     # team admission, team namespaces
     "fixtures.burst",         # the measured burst
+    "fixtures.overload",      # API overload: the flood's flow and the measured flood
+    "fixtures.joinstorm",     # API overload: the node-join storm
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]
