@@ -165,6 +165,8 @@ def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile):
     worst = max(during, key=lambda s: s.late_s, default=None)
     renewed = sum(s.renewed for s in during)
     measured("most overdue node lease renewal during the flood", worst.late_s if worst else None, "s", slack)
+    # Reported, not asserted: leases created together renew together, so a short flood may fall between
+    # two waves of renewals; what must hold is that none that fell due was late.
     measured("lease renewals seen during the flood", renewed, "")
     measured("nodes NotReady or flapping", len(run.flapped), "", 0)
     assert not run.flapped, f"{flow}: nodes turned NotReady during the flood: {_names(run.flapped)}"
@@ -173,7 +175,6 @@ def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile):
         f"{flow}: lease {worst.late} was last renewed {worst.age_s:g} s before a sample during the flood, "
         f"{worst.late_s:g} s later than its renew interval (lease duration / 4, +4 % jitter) allows; the slack "
         f"is {slack:g} s (apf_heartbeat_slack_s)")
-    assert renewed > 0, f"{flow}: no lease was renewed during the flood ({len(during)} samples)"
 
 
 @pytest.mark.destructive
@@ -254,10 +255,10 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile):
     took = None if run.phases.recovered is None else run.phases.recovered - run.phases.flood_end
     base = fm.latency_figures(run.probe_in("baseline"))
     measured("flood end -> recovered", took, "s", profile.apf_recovery_s)
-    measured("well-behaved p50 before the flood", base["p50_s"], "s")
+    measured("well-behaved p99 before the flood", base["p99_s"], "s")
     assert took is not None, (
         f"no recovery within {profile.apf_recovery_s:g} s after the flood: {run.recovery_note} (PriorityLevel "
-        f"{run.flow.level}; the well-behaved client's baseline p50 {base['p50_s']} s)")
+        f"{run.flow.level}; the well-behaved client's baseline p99 {base['p99_s']} s)")
 
 
 # --- node-join storm (destructive; simulated clusters only) -----------------------------------

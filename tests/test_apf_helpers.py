@@ -188,3 +188,15 @@ def test_entropy_rule_matches_the_apiserver():
         load_profile("smoke", ["apf_flood_queues=512", "apf_flood_hand_size=7"])
     assert math.ceil(math.log2(64) * 6) <= 60
     load_profile("smoke", ["apf_flood_queues=64", "apf_flood_hand_size=6"])
+
+
+def test_recovery_needs_a_full_window_of_fast_requests_and_none_stuck():
+    from fixtures.overload import recovery_state
+    fast = [fm.Sample(100 + i * 0.2, "get configmap", 0.02, 200) for i in range(30)]
+    assert recovery_state(fast, 106.0, None, 100.0, 0.1)["ok"]
+    assert not recovery_state(fast, 104.0, None, 100.0, 0.1)["ok"], "the window is not full yet"
+    assert not recovery_state(fast, 106.0, 105.5, 100.0, 0.1)["ok"], "a request has waited 0.5 s"
+    slow = fast + [fm.Sample(103.0, "create configmap", 1.9, 201)]
+    st = recovery_state(slow, 106.0, None, 100.0, 0.1)
+    assert not st["ok"] and st["slowest_s"] == 1.9
+    assert not recovery_state(fast + [fm.Sample(105.0, "get configmap", 0.01, 0)], 106.0, None, 100.0, 0.1)["ok"]

@@ -87,7 +87,7 @@ def test_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
 
 def test_flood_in_the_exempt_level_fails_the_protection_checks(cluster, profile, tmp_path):
     rid, run = _run(cluster, profile, tmp_path, "apf_flood_priority_level=exempt",
-                    select="flood and not lose and not recovers")
+                    select="shed or heartbeats or scheduling or well_behaved")
     assert run.returncode == 1, run.output[-3000:]
     assert set(run.failures) >= {SHED, HEARTBEATS, SCHEDULING, WELL_BEHAVED}, run.output[-3000:]
     flows = {HEARTBEATS: f"node heartbeats ({profile.apf_node_flow_schema} -> node-high)",
@@ -177,21 +177,22 @@ class StallAfterFlood(threading.Thread):
             self.stalls.join(timeout=10)
 
 
-def test_an_etcd_that_stalls_after_the_flood_fails_the_recovery_check(cluster, profile, tmp_path):
+def test_an_etcd_that_stalls_after_the_flood_fails_the_recovery_check(cluster, profile, api_guard, tmp_path):
     if cluster.kwok is None:
         pytest.skip("needs the embedded cluster: it stalls its etcd")
     run_id = f"apfctl-{os.urandom(2).hex()}"
     stall = StallAfterFlood(cluster.kwok.pids()["etcd"], run_id)
-    stall.start()
-    try:
-        run = run_pytest(_args(cluster, profile, run_id, select="recovers"), tmp_path, timeout=900)
-    finally:
-        stall.stop()
+    with api_guard.excuse("etcd stalled on purpose after the flood (recovery negative control)"):
+        stall.start()
+        try:
+            run = run_pytest(_args(cluster, profile, run_id, select="recovers"), tmp_path, timeout=900)
+        finally:
+            stall.stop()
     assert stall.stalls is not None, "the flood was never seen running"
     assert run.returncode == 1, run.output[-3000:]
     msg = run.failures.get(RECOVERY, "")
     assert f"no recovery within {profile.apf_recovery_s:g} s after the flood" in msg, msg
-    assert "the well-behaved client's baseline p50" in msg, msg
+    assert "the well-behaved client's baseline p99" in msg, msg
     _assert_nothing_left(cluster, run_id)
 
 
@@ -218,7 +219,7 @@ def test_hand_larger_than_the_queues_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("setting,expected", [
     pytest.param("apf_node_flow_schema=nope", "apf_node_flow_schema names FlowSchema 'nope', which the cluster does "
-                 "not have; it has catch-all, ", id="unknown-flow-schema"),
+                 "not have; it has exempt, probes, ", id="unknown-flow-schema"),
     pytest.param("apf_flood_priority_level=nope", "apf_flood_priority_level names PriorityLevelConfiguration "
                  "'nope', which the cluster does not have", id="unknown-priority-level"),
 ])
