@@ -58,7 +58,8 @@ def flood_figures(run, profile) -> dict:
         kinds[kind] = {"planned": k.get("planned"), "created": k.get("created"),
                        "exist_at_end": len(run.existing_pods.get(kind, [])), "responses": k.get("responses"),
                        "responses_429": r429, "responses_429_per_created_pod": round(r429 / max(1, k.get("created", 0)), 2),
-                       "retry_after_s": k.get("retry_after_s")}
+                       "retry_after_s": k.get("retry_after_s"),
+                       "seconds_flood_start_to_last_create": k.get("last_create_s")}
     late = max((s.late_s for s in run.leases if run.phases.flood <= s.t <= run.phases.end), default=None)
     return {
         "flow": {"flow_schema": run.flow.schema, "priority_level": run.flow.level, "type": run.flow.level_type,

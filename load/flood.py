@@ -8,7 +8,11 @@ or a create has used ``--flood-max-attempts``. Two kinds of client share
 the flood side by side:
 
 - ``HonouringUser`` waits the ``Retry-After`` of every 429 before its next
-  request (as client-go does);
+  request (as client-go does), plus up to ``--flood-retry-jitter`` seconds:
+  every user starts at the same moment, and clients that wait exactly the
+  same Retry-After (APF's is per priority level, up to 32 s) would come back
+  as one herd, round after round -- measured here, 157 s for 112 creates
+  after a 30 s flood;
 - ``ImpatientUser`` (``--flood-impatient-fraction`` of the users) retries at
   once, ignoring it.
 
@@ -52,6 +56,8 @@ def _flood_args(parser):
     parser.add_argument("--flood-impatient-fraction", type=float, default=0.25,
                         help="share of users (and pods) whose client ignores Retry-After")
     parser.add_argument("--flood-max-attempts", type=int, default=1000, help="attempts per create")
+    parser.add_argument("--flood-retry-jitter", type=float, default=2.0,
+                        help="seconds (uniform 0..this) added to each Retry-After wait of an honouring client")
     parser.add_argument("--flood-fs-uid", default="", help="expected X-Kubernetes-PF-FlowSchema-UID")
     parser.add_argument("--flood-pl-uid", default="", help="expected X-Kubernetes-PF-PriorityLevel-UID")
 
@@ -64,6 +70,8 @@ class _Plan:
     stats: dict[str, Counter] = {}
     retry_after: dict[str, Counter] = {}
     gave_up: dict[str, list] = {}
+    last_created: dict[str, float] = {}      # seconds after the start when the kind's last create succeeded
+    started = 0.0
     other_classification: Counter = Counter()
     active = 0
 
@@ -86,7 +94,8 @@ def _plan(environment, **_kw):
 
 @events.test_start.add_listener
 def _start(environment, **_kw):
-    _Plan.noise_until = time.monotonic() + environment.parsed_options.flood_seconds
+    _Plan.started = time.monotonic()
+    _Plan.noise_until = _Plan.started + environment.parsed_options.flood_seconds
 
 
 @events.quit.add_listener
@@ -99,7 +108,8 @@ def _summary(exit_code, **_kw):
     out = {k: {"planned": len(_Plan.created.get(k, [])) + len(_Plan.queue.get(k, [])) + len(_Plan.gave_up.get(k, [])),
                "created": len(_Plan.created.get(k, [])), "not_attempted": len(_Plan.queue.get(k, [])),
                "gave_up": _Plan.gave_up.get(k, []), "responses": dict(_Plan.stats.get(k, {})),
-               "retry_after_s": {str(s): n for s, n in sorted(_Plan.retry_after.get(k, {}).items())}}
+               "retry_after_s": {str(s): n for s, n in sorted(_Plan.retry_after.get(k, {}).items())},
+               "last_create_s": round(_Plan.last_created.get(k, 0.0), 1)}
            for k in KINDS}
     out["other_classification"] = dict(_Plan.other_classification.most_common(5))
     with open(f"{prefix}_flood.json", "w") as f:
@@ -115,6 +125,7 @@ class FloodUser(KubeApiUser):
         _Plan.active += 1
         opts = self.environment.parsed_options
         self.pods = f"/api/v1/namespaces/{opts.flood_namespace}/pods"
+        self.retry_jitter_s = opts.flood_retry_jitter
 
     def observe(self, resp) -> None:
         """Count every response by status and by whether APF classified it as expected."""
@@ -156,6 +167,7 @@ class FloodUser(KubeApiUser):
                               attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
         if status in (201, 409):       # 409: an earlier attempt did create it (its answer was lost)
             _Plan.created[self.kind].append(name)
+            _Plan.last_created[self.kind] = time.monotonic() - _Plan.started
         else:
             _Plan.gave_up[self.kind].append(name)
 

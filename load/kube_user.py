@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import ssl
 
 import gevent
@@ -118,6 +119,9 @@ class KubeApiUser(FastHttpUser):
                          "Accept": "application/json", **impersonation(opts)}
         self.max_retries = getattr(opts, "kube_max_retries", 5) if opts else 5
         self.rejected_429 = 0
+        # Added to every Retry-After wait, uniformly 0..this (s): users started together would otherwise
+        # come back together, as one herd (load/flood.py sets it; 0 keeps the wait exact).
+        self.retry_jitter_s = 0.0
 
     def observe(self, resp) -> None:
         """Every response, before it is judged (a subclass reads its headers, e.g. APF's)."""
@@ -154,7 +158,8 @@ class KubeApiUser(FastHttpUser):
                     except ValueError:
                         wait = 1.0
                     # APF's Retry-After is at most 32 s; yield even when retrying at once.
-                    gevent.sleep(min(max(wait, 0.1), 32.0) if honour_retry_after else 0)
+                    gevent.sleep(min(max(wait, 0.1), 32.0) + random.uniform(0, self.retry_jitter_s)
+                                 if honour_retry_after else 0)
                     continue
                 reason = _reason(resp.content) if status else str(resp.error or "no response")
                 resp.failure(f"{status} {reason}" if status else reason)
