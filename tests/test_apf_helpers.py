@@ -200,3 +200,37 @@ def test_recovery_needs_a_full_window_of_fast_requests_and_none_stuck():
     st = recovery_state(slow, 106.0, None, 100.0, 0.1)
     assert not st["ok"] and st["slowest_s"] == 1.9
     assert not recovery_state(fast + [fm.Sample(105.0, "get configmap", 0.01, 0)], 106.0, None, 100.0, 0.1)["ok"]
+
+
+def test_component_certificates_carry_their_identities(tmp_path):
+    """The PKI written before kwokctl: CA, admin as kwokctl makes it, one client certificate per component,
+    and kubeconfig/--config patches that point each component at its own."""
+    import subprocess
+
+    import yaml
+
+    from fixtures.identities import IDENTITIES, components_patches, write_pki
+    write_pki(tmp_path / "pki")
+
+    def subject(name):
+        return subprocess.run(["openssl", "x509", "-in", str(tmp_path / "pki" / f"{name}.crt"), "-noout", "-subject",
+                               "-nameopt", "RFC2253"], capture_output=True, text=True, check=True).stdout.strip()
+    assert subject("admin") == "subject=CN=kwok-admin,O=system:masters"
+    assert subject("kwok-controller") == "subject=CN=kwok:simulated-kubelets,O=system:nodes"
+    assert subject("kube-scheduler") == "subject=CN=system:kube-scheduler"
+    for ident in IDENTITIES:
+        verify = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "pki" / "ca.crt"),
+                                 str(tmp_path / "pki" / f"{ident.file}.crt")], capture_output=True, text=True)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    sched = tmp_path / "scheduler.yaml"
+    sched.write_text(yaml.safe_dump({"apiVersion": "kubescheduler.config.k8s.io/v1",
+                                     "kind": "KubeSchedulerConfiguration", "clientConnection": {"qps": 5.0}}))
+    patches = {p["name"]: p["extraArgs"] for p in components_patches(tmp_path, "https://127.0.0.1:1", sched)}
+    assert patches["kube-scheduler"] == [{"key": "config", "value": str(sched), "override": True}]
+    conn = yaml.safe_load(sched.read_text())["clientConnection"]
+    assert conn == {"qps": 5.0, "kubeconfig": str(tmp_path / "kube-scheduler.kubeconfig")}
+    assert {"key": "use-service-account-credentials", "value": "true", "override": False} in \
+        patches["kube-controller-manager"]
+    kube = yaml.safe_load((tmp_path / "kwok-controller.kubeconfig").read_text())
+    assert kube["users"][0]["user"]["client-certificate"] == str(tmp_path / "pki" / "kwok-controller.crt")
+    assert kube["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1"
