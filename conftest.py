@@ -18,6 +18,8 @@ pytest_plugins = [
     "fixtures.isolation",     # team admission, team namespaces
     "fixtures.burst",         # the measured burst
     "fixtures.preflight",     # GPU preflight: contract watch, reference agent, joining nodes, faults
+    "fixtures.overload",      # API overload: the flood's flow and the measured flood
+    "fixtures.joinstorm",     # API overload: the node-join storm
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]

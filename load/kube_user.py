@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import ssl
 
 import gevent
@@ -39,6 +40,11 @@ def _kube_args(parser):
                         help="CA bundle of the API server (default: do not verify)")
     parser.add_argument("--kube-max-retries", type=int, default=5,
                         help="retries of a 429 after its Retry-After (client-go retries 429s too)")
+    parser.add_argument("--kube-impersonate-user", default="",
+                        help="send every request as this user (Impersonate-User; the token's identity must "
+                             "be allowed to impersonate it)")
+    parser.add_argument("--kube-impersonate-group", default="",
+                        help="... in this group (one: a dict of headers holds one Impersonate-Group)")
 
 
 _ENV = {}
@@ -110,21 +116,31 @@ class KubeApiUser(FastHttpUser):
         super().__init__(environment)
         token = _read_token(getattr(opts, "kube_token_file", "") if opts else os.environ.get(TOKEN_FILE_ENV, ""))
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                         "Accept": "application/json"}
+                         "Accept": "application/json", **impersonation(opts)}
         self.max_retries = getattr(opts, "kube_max_retries", 5) if opts else 5
         self.rejected_429 = 0
+        # Added to every Retry-After wait, uniformly 0..this (s): users started together would otherwise
+        # come back together, as one herd (load/flood.py sets it; 0 keeps the wait exact).
+        self.retry_jitter_s = 0.0
+
+    def observe(self, resp) -> None:
+        """Every response, before it is judged (a subclass reads its headers, e.g. APF's)."""
 
     def call(self, method: str, path: str, name: str, body: dict | None = None,
-             ok: tuple[int, ...] = (200, 201)) -> tuple[int, dict | None]:
+             ok: tuple[int, ...] = (200, 201), attempts: int | None = None,
+             honour_retry_after: bool = True) -> tuple[int, dict | None]:
         """One API request as one locust event named ``name``; returns (status, decoded body).
 
         A 429 is recorded as a failure carrying its Retry-After; the call is
-        then retried after that many seconds, up to ``max_retries`` times.
+        then retried after that many seconds (at once if not
+        ``honour_retry_after``: a client that ignores it), ``attempts`` times in
+        all (default ``max_retries`` + 1).
         """
         data = json.dumps(body) if body is not None else None
-        for _attempt in range(self.max_retries + 1):
+        for _attempt in range(attempts or self.max_retries + 1):
             with self.client.request(method, path, name=name, data=data, headers=self._headers,
                                      catch_response=True) as resp:
+                self.observe(resp)
                 status = resp.status_code or 0
                 if status in ok:
                     resp.success()
@@ -141,12 +157,28 @@ class KubeApiUser(FastHttpUser):
                         wait = float(retry_after)
                     except ValueError:
                         wait = 1.0
-                    gevent.sleep(min(max(wait, 0.1), 30.0))
+                    # APF's Retry-After is at most 32 s; yield even when retrying at once.
+                    gevent.sleep(min(max(wait, 0.1), 32.0) + random.uniform(0, self.retry_jitter_s)
+                                 if honour_retry_after else 0)
                     continue
                 reason = _reason(resp.content) if status else str(resp.error or "no response")
                 resp.failure(f"{status} {reason}" if status else reason)
                 return status, None
         return 429, None
+
+
+def impersonation(opts) -> dict[str, str]:
+    """Impersonate-User/-Group headers from --kube-impersonate-user/-group (none by default).
+
+    The apiserver classifies (APF) and authorizes the request as that user;
+    the token's own identity needs ``impersonate`` on exactly that user and
+    group. It takes several groups as repeated headers only, so one here.
+    """
+    user = getattr(opts, "kube_impersonate_user", "") if opts else ""
+    group = getattr(opts, "kube_impersonate_group", "") if opts else ""
+    if not user:
+        return {}
+    return {"Impersonate-User": user, **({"Impersonate-Group": group} if group else {})}
 
 
 def _reason(content: bytes | None) -> str:

@@ -1,0 +1,134 @@
+"""Benchmark (not a pass/fail test): API Priority and Fairness under a locust flood and a node-join storm.
+
+Brings the embedded cluster up (every component with its own identity,
+fixtures/identities.py), then measures exactly what suites/test_api_overload.py
+checks, with the same code (``fixtures.overload.flooded``,
+``fixtures.joinstorm.join_both``), and writes ``reports/bench/apf.json``:
+
+- the flood: requests and 429s per client kind (honouring Retry-After or
+  retrying at once), 429s per second per flow schema (the apiserver's
+  counters), the Retry-After values seen, objects lost;
+- the well-behaved client (another flow): latency before, during and after
+  the flood, and how long the recovery took;
+- node heartbeats: the most overdue lease renewal during the flood;
+- the node-join storm, paced and all at once: join latency and 429s, time to
+  all Ready, the well-behaved client's latency meanwhile, existing nodes
+  that turned NotReady.
+
+and ``reports/bench/apf.png`` (429s per second by flow schema).
+
+    python -m bench.apf [--profile smoke] [--set nodes=1000 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+
+from fixtures import apf
+from fixtures import cluster as backends
+from fixtures import flood as fm
+from fixtures import toolchain
+from fixtures.errors import HarnessError
+from fixtures.identities import IDENTITIES
+from fixtures.joinstorm import join_both
+from fixtures.overload import flooded, plots
+from fixtures.profile import load_profile
+from fixtures.run import new_run_id
+
+OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "apf.json"
+
+
+def flood_figures(run, profile) -> dict:
+    span = max(1e-9, run.phases.flood_end - run.phases.flood)
+    per_fs: dict[str, float] = {}
+    for (fs, _pl, _reason), v in run.rejected_delta().items():
+        per_fs[fs] = per_fs.get(fs, 0.0) + v
+    kinds = {}
+    for kind in ("honouring", "impatient"):
+        k = run.summary.get(kind, {})
+        r429 = k.get("responses", {}).get("status 429", 0)
+        kinds[kind] = {"planned": k.get("planned"), "created": k.get("created"),
+                       "exist_at_end": len(run.existing_pods.get(kind, [])), "responses": k.get("responses"),
+                       "responses_429": r429, "responses_429_per_created_pod": round(r429 / max(1, k.get("created", 0)), 2),
+                       "retry_after_s": k.get("retry_after_s"),
+                       "seconds_flood_start_to_last_create": k.get("last_create_s")}
+    late = max((s.late_s for s in run.leases if run.phases.flood <= s.t <= run.phases.end), default=None)
+    return {
+        "flow": {"flow_schema": run.flow.schema, "priority_level": run.flow.level, "type": run.flow.level_type,
+                 "nominal_concurrency_shares": profile.apf_flood_shares,
+                 "limit_response": "Reject" if not profile.apf_flood_queues else "Queue"},
+        "users": profile.apf_flood_users, "noise_seconds": profile.apf_flood_s,
+        "flood_seconds": round(span, 1), "clients": kinds,
+        "rejected_per_second_by_flow_schema": {fs: round(v / span, 1) for fs, v in sorted(per_fs.items())},
+        "rejected_by_flow_schema": {fs: int(v) for fs, v in sorted(per_fs.items())},
+        "apiserver_5xx": {"/".join(k): int(v) for k, v in run.server_errors().items()},
+        "well_behaved_client": {"flow": f"{run.probe_class[0]} -> {run.probe_class[1]}",
+                                **{phase: fm.latency_figures(run.probe_in(phase))
+                                   for phase in ("baseline", "flood", "recovery")}},
+        "seconds_flood_end_to_recovered": (None if run.phases.recovered is None
+                                           else round(run.phases.recovered - run.phases.flood_end, 1)),
+        "recovery": run.recovery_note,
+        "probe_pods_started": sum(p.startup_server_s is not None for p in run.probe_pods),
+        "probe_pod_startup_p99_s": max((p.startup_server_s for p in run.probe_pods
+                                        if p.startup_server_s is not None), default=None),
+        "most_overdue_lease_renewal_s": late,
+        "nodes_not_ready": run.flapped,
+    }
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        toolchain.ensure_all(progress=say)
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    run_id = new_run_id()
+    c = None
+    try:
+        c = backends.start_embedded(profile, run_id, say, coscheduling_components=False)
+        config = apf.read_config(c.api)
+        with tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
+            with flooded(c.api, profile, run_id, config, Path(work), say) as run:
+                flood = flood_figures(run, profile)
+                figures = plots(run, profile)
+            joins = {m: r.figures() for m, r in join_both(c.api, profile, run_id, Path(work), say).items()}
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if c is not None:
+            backends.stop(c, keep=False, progress=say)
+    result = {
+        "nodes": profile.nodes, "profile": profile.name, "overrides": args.overrides,
+        "component_identities": profile.component_identities,
+        "classification_after_bringup": c.apf.describe(IDENTITIES) if c.apf else {},
+        "flood": flood, "node_join": joins,
+        "versions": toolchain.versions(),
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+                    "python": platform.python_version(), "load_average_1m_at_end": os.getloadavg()[0]},
+        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    args.out.with_suffix(".png").write_bytes(figures[0].png())
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,187 @@
+"""Flood shape: one identity far past its priority level's seats, with mixed verbs, two kinds of client.
+
+For ``--flood-seconds`` every user sends pod creates, LISTs and GETs back to
+back (no think time) from the flood identity; the flood's share of pods
+(``--flood-pods``, fixed names) must be created in the end whatever the
+rejections -- the creates go on after the noise stops until every pod exists
+or a create has used ``--flood-max-attempts``. Two kinds of client share
+the flood side by side:
+
+- ``HonouringUser`` waits the ``Retry-After`` of every 429 before its next
+  request (as client-go does), plus up to ``--flood-retry-jitter`` seconds:
+  every user starts at the same moment, and clients that wait exactly the
+  same Retry-After (APF's is per priority level, up to 32 s) would come back
+  as one herd, round after round -- measured here, 157 s for 112 creates
+  after a 30 s flood;
+- ``ImpatientUser`` (``--flood-impatient-fraction`` of the users) retries at
+  once, ignoring it.
+
+Their pods are named ``honouring-NNNN`` / ``impatient-NNNN`` and carry
+``schedulerName: clusterproof-unscheduled`` (no such scheduler): they stay
+API objects, so the flood loads the apiserver, not the scheduler or kwok.
+
+Every response's APF headers are compared with the expected FlowSchema and
+PriorityLevel UIDs (``--flood-fs-uid``/``--flood-pl-uid``), every 429's
+``Retry-After`` is recorded, and at the end this process writes
+``<csv prefix>_flood.json`` with per-kind counts (one locust process: the
+flood is light for the generator, the apiserver is what saturates).
+
+    locust -f load/flood.py --headless -u 48 -r 48 --host https://API:6443 \\
+        --kube-token-file TOKEN --flood-namespace NS --flood-run-id RUN --flood-pods 200 \\
+        --flood-seconds 30 --csv reports/flood
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter, deque
+
+from locust import events, task
+from locust.exception import StopUser
+
+from fixtures.pod_spec import pod_body
+from load.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
+from load.kube_user import KubeApiUser, finish_runner
+FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # fixtures.apf's names (locust does not import the client)
+PL_UID_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
+
+
+@events.init_command_line_parser.add_listener
+def _flood_args(parser):
+    parser.add_argument("--flood-namespace", default="", help="namespace of the flood's pods")
+    parser.add_argument("--flood-run-id", default="", help="value of label clusterproof.io/run")
+    parser.add_argument("--flood-pods", type=int, default=100, help="pods the flood must create (all kinds)")
+    parser.add_argument("--flood-seconds", type=float, default=30, help="how long LISTs and GETs go on")
+    parser.add_argument("--flood-impatient-fraction", type=float, default=0.25,
+                        help="share of users (and pods) whose client ignores Retry-After")
+    parser.add_argument("--flood-max-attempts", type=int, default=1000, help="attempts per create")
+    parser.add_argument("--flood-retry-jitter", type=float, default=2.0,
+                        help="seconds (uniform 0..this) added to each Retry-After wait of an honouring client")
+    parser.add_argument("--flood-fs-uid", default="", help="expected X-Kubernetes-PF-FlowSchema-UID")
+    parser.add_argument("--flood-pl-uid", default="", help="expected X-Kubernetes-PF-PriorityLevel-UID")
+
+
+class _Plan:
+    """This process's flood: pods left to create per kind, what happened, when the noise ends."""
+    queue: dict[str, deque] = {}
+    created: dict[str, list] = {}
+    noise_until = 0.0
+    stats: dict[str, Counter] = {}
+    retry_after: dict[str, Counter] = {}
+    gave_up: dict[str, list] = {}
+    last_created: dict[str, float] = {}      # seconds after the start when the kind's last create succeeded
+    started = 0.0
+    other_classification: Counter = Counter()
+    active = 0
+
+
+@events.init.add_listener
+def _plan(environment, **_kw):
+    opts = environment.parsed_options
+    if opts is None or not opts.flood_namespace:
+        return
+    users = int(getattr(opts, "num_users", 0) or 0)
+    ImpatientUser.fixed_count = min(users, max(1, round(users * opts.flood_impatient_fraction))) \
+        if opts.flood_impatient_fraction > 0 else 0
+    counts = split(opts.flood_pods, opts.flood_impatient_fraction)
+    _Plan.queue = {k: deque(pod_names(k, counts[k])) for k in KINDS}
+    _Plan.created = {k: [] for k in KINDS}
+    _Plan.stats = {k: Counter() for k in KINDS}
+    _Plan.retry_after = {k: Counter() for k in KINDS}
+    _Plan.gave_up = {k: [] for k in KINDS}
+
+
+@events.test_start.add_listener
+def _start(environment, **_kw):
+    _Plan.started = time.monotonic()
+    _Plan.noise_until = _Plan.started + environment.parsed_options.flood_seconds
+
+
+@events.quit.add_listener
+def _summary(exit_code, **_kw):
+    from load.kube_user import _ENV
+    env = _ENV.get("environment")
+    prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
+    if not prefix:
+        return
+    out = {k: {"planned": len(_Plan.created.get(k, [])) + len(_Plan.queue.get(k, [])) + len(_Plan.gave_up.get(k, [])),
+               "created": len(_Plan.created.get(k, [])), "not_attempted": len(_Plan.queue.get(k, [])),
+               "gave_up": _Plan.gave_up.get(k, []), "responses": dict(_Plan.stats.get(k, {})),
+               "retry_after_s": {str(s): n for s, n in sorted(_Plan.retry_after.get(k, {}).items())},
+               "last_create_s": round(_Plan.last_created.get(k, 0.0), 1)}
+           for k in KINDS}
+    out["other_classification"] = dict(_Plan.other_classification.most_common(5))
+    with open(f"{prefix}_flood.json", "w") as f:
+        json.dump(out, f, indent=2)
+
+
+class FloodUser(KubeApiUser):
+    abstract = True
+    kind = ""
+    honour = True
+
+    def on_start(self):
+        _Plan.active += 1
+        opts = self.environment.parsed_options
+        self.pods = f"/api/v1/namespaces/{opts.flood_namespace}/pods"
+        self.retry_jitter_s = opts.flood_retry_jitter
+
+    def observe(self, resp) -> None:
+        """Count every response by status and by whether APF classified it as expected."""
+        opts, st = self.environment.parsed_options, _Plan.stats[self.kind]
+        status = resp.status_code or 0
+        st[f"status {status}" if status else "no response"] += 1
+        if status == 0:
+            return
+        fs, pl = resp.headers.get(FS_UID_HEADER, ""), resp.headers.get(PL_UID_HEADER, "")
+        if not fs or not pl:
+            st["without APF headers"] += 1
+        elif (opts.flood_fs_uid and fs != opts.flood_fs_uid) or (opts.flood_pl_uid and pl != opts.flood_pl_uid):
+            st["classified elsewhere"] += 1
+            _Plan.other_classification[f"{fs}/{pl}"] += 1
+        if status == 429:
+            ra = resp.headers.get("Retry-After", "")
+            _Plan.retry_after[self.kind][ra or "none"] += 1
+
+    @task
+    def step(self):
+        noisy = time.monotonic() < _Plan.noise_until
+        queue = _Plan.queue[self.kind]
+        if not noisy and not queue:
+            self._finish()
+        action = random.choices(("create", "list", "get"), (2, 1, 2))[0] if noisy else "create"
+        if action == "create" and queue:
+            self._create(queue.popleft())
+        elif action == "list" or (action == "create" and not queue):
+            self.call("GET", self.pods, f"list pods ({self.kind})", attempts=1, honour_retry_after=self.honour)
+        else:
+            done = _Plan.created[self.kind] or ["nothing-yet"]
+            self.call("GET", f"{self.pods}/{random.choice(done)}", f"get pod ({self.kind})", ok=(200, 404),
+                      attempts=1, honour_retry_after=self.honour)
+
+    def _create(self, name: str) -> None:
+        opts = self.environment.parsed_options
+        body = pod_body(name, opts.flood_run_id, scheduler=NO_SCHEDULER, labels={KIND_LABEL: self.kind})
+        status, _ = self.call("POST", self.pods, f"create pod ({self.kind})", body, ok=(201, 409),
+                              attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
+        if status in (201, 409):       # 409: an earlier attempt did create it (its answer was lost)
+            _Plan.created[self.kind].append(name)
+            _Plan.last_created[self.kind] = time.monotonic() - _Plan.started
+        else:
+            _Plan.gave_up[self.kind].append(name)
+
+    def _finish(self):
+        _Plan.active -= 1
+        if _Plan.active <= 0:
+            finish_runner(self.environment)
+        raise StopUser()
+
+
+class HonouringUser(FloodUser):
+    kind, honour = "honouring", True
+
+
+class ImpatientUser(FloodUser):
+    kind, honour = "impatient", False
+    fixed_count = 0

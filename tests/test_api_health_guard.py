@@ -1,0 +1,58 @@
+"""The always-on API health guard: any 5xx fails the module that caused it, unless it declared it.
+
+A run (as a user types it, on its own embedded cluster) executes a module
+that makes the apiserver answer 504 (etcd stopped under a write with a 1 s
+timeout) without saying so, and a module that does the same inside
+``api_guard.excuse(...)`` -- as a negative control that stalls etcd on
+purpose declares it. The first fails in its teardown naming verb, resource,
+code and count; the second passes, its 5xx reported as excused; both
+modules' reports carry the 429s per flow schema.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures.apiguard import Health, describe, rejections, server_errors
+from tests.harness import run_pytest
+
+pytestmark = pytest.mark.selftest
+
+
+def test_an_undeclared_5xx_fails_its_module_and_a_declared_one_does_not(tmp_path):
+    run = run_pytest(["tests/poison/api_5xx.py", "tests/poison/api_5xx_excused.py", "--profile", "smoke"],
+                     tmp_path, timeout=600)
+    assert run.returncode == 1, run.output[-3000:]
+    [(name, msg)] = run.failures.items()
+    assert name == "test_a_write_times_out_in_the_apiserver", run.output[-3000:]
+    assert "the API servers answered 5xx during this module: POST configmaps -> 504 x1" in msg, msg
+    assert "test_a_declared_write_timeout" in run.passed, run.output[-3000:]
+    reports = []
+    for f in (tmp_path / "allure").glob("*-container.json"):
+        for fx in json.loads(f.read_text()).get("afters", []):
+            for a in fx.get("attachments", []):
+                if a["name"].startswith("API health during this module"):
+                    reports.append((tmp_path / "allure" / a["source"]).read_text())
+    assert any("5xx excused (etcd stopped on purpose (self-test)): POST configmaps -> 504 x1" in r
+               for r in reports), reports
+    assert all(r.startswith("429s per flow schema: ") for r in reports) and len(reports) == 2, reports
+
+
+TEXT = """# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",group="",resource="configmaps",subresource="",verb="POST"} %d
+apiserver_request_total{code="504",group="",resource="configmaps",subresource="",verb="POST"} %d
+apiserver_request_total{code="500",group="apps",resource="deployments",subresource="status",verb="PATCH"} %d
+# TYPE apiserver_flowcontrol_rejected_requests_total counter
+apiserver_flowcontrol_rejected_requests_total{flow_schema="f",priority_level="p",reason="queue-full"} %d
+"""
+
+
+def test_guard_counts_5xx_and_429s_between_scrapes():
+    before, after = TEXT % (5, 1, 0, 10), TEXT % (9, 3, 2, 25)
+    errors = server_errors(before, after)
+    assert {describe(k): v for k, v in errors.items()} == {"POST configmaps -> 504": 2.0,
+                                                           "PATCH deployments.apps/status -> 500": 2.0}
+    assert rejections(before, after) == {("f", "p"): 15.0}
+    h = Health(errors, {}, [], rejections(before, after))
+    assert h.report().startswith("429s per flow schema: f -> p: 15\n5xx: ")
