@@ -17,6 +17,7 @@ pytest_plugins = [
     "fixtures.gang_backends", # gang backends and their dedicated nodes
     "fixtures.isolation",     # team admission, team namespaces
     "fixtures.burst",         # the measured burst
+    "fixtures.watch_bandwidth",  # the watch-bandwidth measurement
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]
