@@ -35,6 +35,7 @@ from fixtures.run import RUN_LABEL, metadata
 from fixtures.waiting import wait_for
 from fixtures.watch_bandwidth import pool_nodes
 from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+from tests.test_permissions import _kubeconfig_for, shipped_roles  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_watch_bandwidth.py"
@@ -149,10 +150,28 @@ def churned_service(cluster, profile, run_id):
         delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
 
 
-def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster, profile, churned_service, tmp_path):
+@pytest.fixture
+def least_privilege(cluster, run_id, shipped_roles, tmp_path):
+    """A kubeconfig with the token of a ServiceAccount bound to the shipped ``clusterproof`` role only."""
+    path, token, (ns, binding) = _kubeconfig_for(cluster, run_id, "clusterproof", tmp_path)
+    try:
+        yield path, token
+    finally:
+        delete_if_present(cluster.api, f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+        delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+
+
+def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster, profile, churned_service,
+                                                                        least_privilege, tmp_path):
+    """As an SRE runs it on a real cluster: a token identity with the shipped read-only role (the watch
+    streams authenticate with the token), an existing Service that something else churns."""
     name, svc = churned_service
+    kubeconfig, token = least_privilege
     pods_before = {p["metadata"]["name"] for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
-    rid, run = _run(cluster, profile, tmp_path, f"watch_service={name}", "watch_window_s=15")
+    rid = _rid("r")
+    run = run_pytest([SUITE, "--kubeconfig", str(kubeconfig), "--profile", profile.name, "--run-id", rid,
+                      f"--set=watch_service={name}", "--set=watch_window_s=15"], tmp_path, timeout=600)
+    assert token not in run.output
     assert run.returncode == 0, run.output[-4000:]
     ro = {t.replace(T, "[existing-service]") for t in ALL}
     assert set(run.passed) == ro - {AGREE.replace(T, "[existing-service]")}, run.output[-3000:]
