@@ -189,7 +189,6 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
 @pytest.mark.parametrize("setting,expected", [
     pytest.param("watch_sizes=400,100", "watch_sizes [400, 100] must be one or more endpoint counts, strictly rising",
                  id="sizes-not-rising"),
-    pytest.param("watch_sizes=20000", "watch_sizes asks for 20000 endpoints, more than the 100 nodes", id="too-large"),
     pytest.param("watch_pool=ghost", "watch_pool 'ghost' is not a pool of the plan", id="unknown-pool"),
     pytest.param("watch_service=just-a-name", "watch_service 'just-a-name' must be <namespace>/<service>",
                  id="service-without-namespace"),
@@ -210,6 +209,8 @@ def test_bad_watch_profile_values_end_the_run_with_one_line(setting, expected, t
     pytest.param("watch_kcm_max_endpoints_per_slice=1000", "watch_kcm_max_endpoints_per_slice configures the "
                  "embedded cluster's kube-controller-manager", id="kcm-flag-on-existing-cluster"),
     pytest.param("watch_service=nowhere/nothing", "watch_service nowhere/nothing: no such Service", id="no-such-service"),
+    pytest.param("watch_sizes=20000", "watch_sizes asks for 20000 endpoints, more than the 100 nodes of the cluster "
+                 "hold at node_max_pods=110", id="more-endpoints-than-the-nodes-hold"),
 ])
 def test_settings_the_cluster_cannot_honour_are_one_line(cluster, profile, setting, expected, tmp_path):
     rid, run = _run(cluster, profile, tmp_path, setting, timeout=180)
