@@ -216,3 +216,21 @@ def test_node_pod_cidrs_give_each_node_its_own_slash_24():
 
 def test_watch_sizes_from_the_command_line_are_numbers():
     assert load_profile("smoke", ["watch_sizes=100,200"]).watch_sizes == [100, 200]
+
+
+def test_socket_bytes_are_what_the_kernel_received():
+    import socket
+
+    from fixtures.waiting import wait_for
+    from fixtures.watchers import tcp_bytes_received
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        with socket.create_connection(srv.getsockname()) as c:
+            a, _ = srv.accept()
+            with a:
+                before = tcp_bytes_received(c)
+                a.sendall(b"x" * 12345)
+                wait_for(lambda: tcp_bytes_received(c) - before, until=lambda n: n >= 12345, timeout=5, interval=0.01,
+                         what="12,345 bytes received on the loopback socket")
+                assert tcp_bytes_received(c) - before == 12345
