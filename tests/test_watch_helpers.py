@@ -234,3 +234,9 @@ def test_socket_bytes_are_what_the_kernel_received():
                 wait_for(lambda: tcp_bytes_received(c) - before, until=lambda n: n >= 12345, timeout=5, interval=0.01,
                          what="12,345 bytes received on the loopback socket")
                 assert tcp_bytes_received(c) - before == 12345
+
+
+def test_resource_versions_compare_as_etcd_revisions():
+    from fixtures.watchers import older
+    assert older("99", "100") and not older("100", "100") and not older("101", "100")
+    assert older("abc", "abd") and not older("abc", "abc")   # not integers: only "same or not"
