@@ -20,6 +20,7 @@ pytest_plugins = [
     "fixtures.preflight",     # GPU preflight: contract watch, reference agent, joining nodes, faults
     "fixtures.overload",      # API overload: the flood's flow and the measured flood
     "fixtures.joinstorm",     # API overload: the node-join storm
+    "fixtures.watch_bandwidth",  # the watch-bandwidth measurement
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]

@@ -33,6 +33,7 @@ class Figure:
     series: list[Series] = field(default_factory=list)
     thresholds: dict[str, float] = field(default_factory=dict)   # legend label -> y
     xlog: bool = False
+    ylog: bool = False
 
     def png(self) -> bytes:
         fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
@@ -50,6 +51,8 @@ class Figure:
         ax.set_ylabel(self.ylabel)
         if self.xlog:
             ax.set_xscale("log")
+        if self.ylog:
+            ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         if self.series or self.thresholds:
             ax.legend(loc="best", fontsize="small")
