@@ -21,29 +21,17 @@ and ``reports/bench/apf.png`` (429s per second by flow schema).
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
-import psutil
-
+from bench import common
 from fixtures import apf
-from fixtures import cluster as backends
 from fixtures import flood as fm
-from fixtures import toolchain
-from fixtures.errors import HarnessError
 from fixtures.identities import IDENTITIES
 from fixtures.joinstorm import join_both
 from fixtures.overload import flooded, plots
-from fixtures.profile import load_profile
-from fixtures.run import new_run_id
-
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "apf.json"
 
 
 def flood_figures(run, profile) -> dict:
@@ -85,46 +73,24 @@ def flood_figures(run, profile) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="smoke")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        profile = load_profile(args.profile, args.overrides)
-        toolchain.ensure_all(progress=say)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    run_id = new_run_id()
-    c = None
-    try:
-        c = backends.start_embedded(profile, run_id, say, coscheduling_components=False)
+    args = common.parser(__doc__, "smoke", "apf.json").parse_args(argv)
+    if args.kubeconfig:
+        raise common.fail(ValueError("bench.apf floods and joins nodes on the embedded cluster: drop --kubeconfig"))
+    profile = common.load(args)
+    with common.cluster(args, profile) as c, tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
         config = apf.read_config(c.api)
-        with tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
-            with flooded(c.api, profile, run_id, config, Path(work), say) as run:
-                flood = flood_figures(run, profile)
-                figures = plots(run, profile)
-            joins = {m: r.figures() for m, r in join_both(c.api, profile, run_id, Path(work), say).items()}
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if c is not None:
-            backends.stop(c, keep=False, progress=say)
+        with flooded(c.api, profile, c.run_id, config, Path(work), common.say) as run:
+            flood = flood_figures(run, profile)
+            figures = plots(run, profile)
+        joins = {m: r.figures() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say).items()}
+        head = common.header(argv, c, profile, "bench.apf")
     result = {
-        "nodes": profile.nodes, "profile": profile.name, "overrides": args.overrides,
+        **head, "overrides": args.overrides,
         "component_identities": profile.component_identities,
         "classification_after_bringup": c.apf.describe(IDENTITIES) if c.apf else {},
         "flood": flood, "node_join": joins,
-        "versions": toolchain.versions(),
-        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-                    "python": platform.python_version(), "load_average_1m_at_end": os.getloadavg()[0]},
-        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    common.write(args.out, result)
     args.out.with_suffix(".png").write_bytes(figures[0].png())
     print(json.dumps(result, indent=2, default=str))
     return 0

@@ -27,7 +27,7 @@ import psutil
 from fixtures import cluster as backends
 from fixtures import toolchain
 from fixtures.errors import HarnessError
-from fixtures.kube import delete_if_present, raw_request
+from fixtures.kube import delete_if_present, is_simulated, load_client, raw_request
 from fixtures.pods import delete_run_pods
 from fixtures.profile import Profile, load_profile
 from fixtures.run import metadata, new_run_id
@@ -75,8 +75,11 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
     """An embedded cluster for this bench (or the existing one ``--kubeconfig`` names), gone afterwards."""
     run_id, c = run_id or new_run_id(), None
     try:
-        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=False)
-             if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling))
+        if args.kubeconfig:
+            simulated = is_simulated(load_client(args.kubeconfig))   # every node a kwok node
+            c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated)
+        else:
+            c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling)
         yield c
     except HarnessError as e:
         raise fail(e) from None
@@ -118,5 +121,5 @@ def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module
 
 def write(path: Path, result: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"wrote {path}")

@@ -21,29 +21,20 @@ Writes ``reports/bench/watch_bandwidth.json`` and the projection plot
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 
 import psutil
 
-from fixtures import cluster as backends
-from fixtures import toolchain
+from bench import common
 from fixtures import watch_bandwidth as wb
-from fixtures.errors import HarnessError
 from fixtures.kube import delete_if_present, raw_request
-from fixtures.profile import load_profile
-from fixtures.run import metadata, new_run_id
+from fixtures.run import metadata
 from fixtures.waiting import WaitTimeout
 from fixtures.watch_report import projection_figure, summary
 from fixtures.watchwire import ENCODINGS
 
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "watch_bandwidth.json"
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -82,29 +73,20 @@ def capacity_step(api, profile, target, svc, watchers: int, apiserver: list[int]
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="smoke")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
-    ap.add_argument("--kubeconfig", default=None, help="an existing (simulated) cluster instead of an embedded one")
+    ap = common.parser(__doc__, "smoke", "watch_bandwidth.json")
     ap.add_argument("--watchers", default="25,50,100,200", help="watchers per API and encoding, for the sweep")
-    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    profile, say = common.load(args), common.say
     try:
-        profile = load_profile(args.profile, args.overrides)
         sweep = [int(w) for w in args.watchers.split(",") if w]
-        if not args.kubeconfig:
-            toolchain.ensure_all(progress=say)
-    except (HarnessError, ValueError) as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    run_id, c, steps = new_run_id(), None, []
-    try:
-        c = (backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=True)
-             if args.kubeconfig else backends.start_embedded(profile, run_id, say, coscheduling_components=False))
+    except ValueError as e:
+        raise common.fail(e) from None
+    steps = []
+    with common.cluster(args, profile) as c:
         apiserver = [c.kwok.pids().get("kube-apiserver")] if c.kwok else []
-        target = wb.own_target(run_id)
-        raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(target.namespace, run_id)}).data
+        target = wb.own_target(c.run_id)
+        raw_request(c.api, "POST", "/api/v1/namespaces",
+                    body={"metadata": metadata(target.namespace, c.run_id)}).data
 
         def capacity(svc):
             for w in sweep:
@@ -114,22 +96,13 @@ def main(argv: list[str]) -> int:
                 if not steps[-1]["kept_up"]:
                     break
         try:
-            run = wb.run_all(c.api, profile, target, run_id, say, at_largest=capacity if sweep else None)
+            run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
         finally:
             delete_if_present(c.api, f"/api/v1/namespaces/{target.namespace}")
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if c is not None:
-            backends.stop(c, False, say)
+        head = common.header(argv, c, profile, "bench.watch_bandwidth")
     kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
     result = {
-        "command": "python -m bench.watch_bandwidth " + " ".join(argv),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
-        "cluster": {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version},
+        **head,
         "settings": {k: profile[k] for k in ("watch_sizes", "watch_watchers", "watch_churn", "watch_churn_rate",
                                              "watch_churn_kinds", "watch_max_endpoints_per_slice",
                                              "watch_projection_nodes", "watch_projection_changes_per_node_hour")},
@@ -140,10 +113,8 @@ def main(argv: list[str]) -> int:
         "watcher_capacity": {"max_watchers_per_group_kept_up": max(kept) if kept else None,
                              "max_streams_kept_up": 4 * max(kept) if kept else None, "steps": steps},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    common.write(args.out, result)
     args.out.with_suffix(".png").write_bytes(projection_figure(run, profile).png())
-    say(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
 
 

@@ -390,7 +390,7 @@ def _left_running(kind: str, pod: dict) -> str | None:
 def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace, run_id, profile):
     """Observational (safe on any cluster): pods that may go only to nodes carrying the preflight
     taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending."""
-    api, rules = cluster.api, isolation.rules
+    api = cluster.api
     nodes = pl.read_nodes(api, profile.pool_label)
     pre = sorted(n for n, i in nodes.items() if i.has_taint(profile.preflight_taint_key))
     if not pre:

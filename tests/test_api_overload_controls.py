@@ -110,7 +110,7 @@ def test_deep_queues_that_never_reject_fail_the_shed_check(cluster, profile, tmp
     assert run.returncode == 1, run.output[-3000:]
     assert set(run.failures) == {SHED}, run.output[-3000:]
     msg = run.failures[SHED]
-    assert f"the flood was not shed" in msg and f"got no 429 in PriorityLevel {flow_name(rid)} (Limited" in msg, msg
+    assert "the flood was not shed" in msg and f"got no 429 in PriorityLevel {flow_name(rid)} (Limited" in msg, msg
     assert LOSE_NOTHING in run.passed
     _assert_nothing_left(cluster, rid)
 

@@ -23,8 +23,8 @@ import pytest
 
 from fixtures.kube import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from fixtures.liveness import RunLease, wait_expired
-from fixtures.node_taints import ScratchNode, add_taint, borrow_idle_node, records, remove_taint
-from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from fixtures.node_taints import add_taint, borrow_idle_node, records, remove_taint
+from fixtures.run import SCRATCH_LABEL, metadata
 from fixtures.waiting import wait_for
 from tests.harness import ROOT, run_leftovers, run_pytest
 
