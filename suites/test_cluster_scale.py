@@ -20,7 +20,7 @@ from kubernetes.utils import parse_quantity
 
 from fixtures import apimetrics
 from fixtures.nodes import LIFECYCLE_TAINTS, is_ready, node_name
-from fixtures.profile import node_plan
+from fixtures.node_plan import node_plan
 from fixtures.stash import PROFILE
 from fixtures.kube import list_raw
 

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures.kube import raw_request
 from fixtures.nodes import node_bodies, node_name
-from fixtures.profile import node_plan
+from fixtures.node_plan import node_plan
 from tests.harness import allure_results, run_pytest
 
 pytestmark = pytest.mark.selftest

@@ -11,7 +11,8 @@ from fixtures import access, apimetrics
 from fixtures.errors import HarnessError
 from fixtures.informer import Gone, Informer
 from fixtures.liveness import RunState
-from fixtures.profile import load_profile, node_plan
+from fixtures.node_plan import node_plan
+from fixtures.profile import load_profile
 from fixtures.run import CREATED
 from fixtures.stats import histogram_quantile, percentile
 from fixtures.sweep import Judge

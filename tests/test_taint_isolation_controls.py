@@ -33,7 +33,7 @@ from fixtures.liveness import RunLease, wait_expired
 from fixtures.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_key, borrow_idle_node,
                                   release_run_taints, remove_taint)
 from fixtures.nodes import node_bodies, node_name
-from fixtures.profile import node_plan
+from fixtures.node_plan import node_plan
 from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from fixtures.sweep import CLUSTER_SCOPED
 from fixtures.waiting import wait_for

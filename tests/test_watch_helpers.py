@@ -9,7 +9,8 @@ import pytest
 from fixtures import watch_analysis as wa
 from fixtures import watchwire as wire
 from fixtures.pernode_service import churn_plan
-from fixtures.profile import load_profile, node_pod_cidrs
+from fixtures.node_plan import node_pod_cidrs
+from fixtures.profile import load_profile
 from fixtures.watch_bandwidth import watch_metrics
 
 pytestmark = pytest.mark.selftest
