@@ -26,6 +26,7 @@ class Query:
     at: float                 # instant queries: evaluation time; range queries: end
     start: float | None = None
     step_s: float | None = None
+    samples: int | None = None    # what it asks to load, where the harness knows
 
     @property
     def is_range(self) -> bool:
@@ -59,16 +60,19 @@ def max_samples_query(at: float, window_s: int, nodes: list[str], series_per_nod
     step = window_s / (points - 1)
     names = "|".join(nodes[:k])
     return Query("max-samples", f"every series of {k} node(s) ({k * series_per_node:,}) at {points:,} points",
-                 f'{{node=~"{names}"}}', at, start=at - window_s, step_s=round(step, 3))
+                 f'{{node=~"{names}"}}', at, start=at - window_s, step_s=round(step, 3),
+                 samples=k * series_per_node * points)
 
 
 def synthetic_max_samples_query(at: float, max_samples: int) -> Query:
     """For a Prometheus whose data the harness does not know: a subquery of ``vector(1)`` holding
     twice ``max_samples`` points (no storage read at all)."""
     return Query("max-samples", f"a subquery of {2 * max_samples:,} points",
-                 f"count_over_time(vector(1)[{2 * max_samples}s:1s])", at)
+                 f"count_over_time(vector(1)[{2 * max_samples}s:1s])", at, samples=2 * max_samples)
 
 
 def tiny_timeout_probe() -> Query:
-    """A modest query (no storage read, ~10^5 cheap steps) that a 1 ms request timeout must cut."""
-    return Query("tiny-timeout", "a 600,000-step subquery of vector(1)", "count_over_time(vector(1)[10m:1ms])", 0)
+    """A modest query that a 1 ms request timeout must cut: no storage read, 60,000 steps of
+    ``vector(time())`` (~0.1 s, 120,000 samples at its peak). Not ``vector(1)``: a step-invariant
+    expression is evaluated once and copied to every step, with no deadline check in between."""
+    return Query("tiny-timeout", "a 60,000-step subquery of vector(time())", "count_over_time(vector(time())[1m:1ms])", 0)
