@@ -57,10 +57,10 @@ def max_samples_query(at: float, window_s: int, nodes: list[str], series_per_nod
     per_node = series_per_node * MAX_POINTS
     k = min(len(nodes), max(1, math.ceil(2 * max_samples / per_node)))
     points = min(MAX_POINTS, max(2, math.ceil(2 * max_samples / (k * series_per_node))))
-    step = window_s / (points - 1)
+    step = math.ceil(1000 * window_s / (points - 1)) / 1000      # ms resolution, never more points
     names = "|".join(nodes[:k])
     return Query("max-samples", f"every series of {k} node(s) ({k * series_per_node:,}) at {points:,} points",
-                 f'{{node=~"{names}"}}', at, start=at - window_s, step_s=round(step, 3),
+                 f'{{node=~"{names}"}}', at, start=at - window_s, step_s=step,
                  samples=k * series_per_node * points)
 
 
