@@ -10,7 +10,8 @@ import pytest
 import requests
 from prometheus_api_client import PrometheusApiClientException
 from fixtures import promslo, toolchain
-from fixtures.prom_history import BLOCK_S, Shape, _backfill_shard, families, node_names, openmetrics, window_for
+from fixtures.prom_history import (BLOCK_S, SHARD_MARK, Shape, _backfill_shard, families, node_names, openmetrics,
+                                   window_for)
 from fixtures.prom_limits import Scrapes, limit_bound, scrapes
 from fixtures.promclient import PARSE_BYTES, Answer, Prom, answer_from, duration_s, from_library_error
 from load.prom_queries import MAX_POINTS, max_samples_query, seed_queries
@@ -141,7 +142,9 @@ def test_promtool_backfills_the_history_exactly(tmp_path):
     start, _ = window_for(shape, now=1_795_400_000)
     blocks = tmp_path / "blocks"
     blocks.mkdir()
-    _backfill_shard(toolchain.ensure(toolchain.PROMETHEUS).path("promtool"), shape, start, node_names(2),
+    template = tmp_path / "template.om"
+    template.write_text("".join(openmetrics(shape, start, [f"{SHARD_MARK}-{j:03d}" for j in range(2)])))
+    _backfill_shard(toolchain.ensure(toolchain.PROMETHEUS).path("promtool"), template, "gpu-node-07",
                     tmp_path / "shard", blocks)
     (meta,) = [json.loads(p.read_text()) for p in blocks.glob("*/meta.json")]
     assert meta["stats"]["numSeries"] == shape.series and meta["stats"]["numSamples"] == shape.samples
