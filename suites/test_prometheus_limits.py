@@ -86,6 +86,10 @@ def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profil
     if not 0 < got_c <= profile.prometheus_max_concurrency:
         bad.append(f"--query.max-concurrency is {got_c} (profile prometheus_max_concurrency "
                    f"{profile.prometheus_max_concurrency})")
+    procs = prometheus.prom.own_metric("go_sched_gomaxprocs_threads")
+    measured("GOMAXPROCS", procs, "threads")
+    if prometheus.kind == "embedded" and profile.prometheus_gomaxprocs and procs != profile.prometheus_gomaxprocs:
+        bad.append(f"GOMAXPROCS is {procs:g} (profile prometheus_gomaxprocs {profile.prometheus_gomaxprocs})")
     assert not bad, f"Prometheus {prometheus.version} at {prometheus.prom.url} runs with looser limits than the " \
                     f"profile requires: {'; '.join(bad)}"
 
