@@ -101,7 +101,8 @@ def queries(history, profile, limits: Limits, directory: Path, bound: int | None
             "burst": {"queries": len(run.burst), "queue_seconds": run.burst_queue_s,
                       "answers": [_answer(a) for a in run.burst]},
             "cheap_after": _answer(run.cheap_after),
-            "limit_bound_bytes": int(prom_limits.limit_bound(run.idle, profile)),
+            "selected_series": run.selected_series,
+            "limit_bound_bytes": int(prom_limits.limit_bound(run.idle, profile, run.selected_series)),
         })
         if server.process() is not None:
             say("the unbounded series request")

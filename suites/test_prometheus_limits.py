@@ -24,8 +24,8 @@ of ``prometheus_backfill_nodes`` GPU nodes plus the live control plane):
   neither the query timeout nor max-samples in this Prometheus: a strict
   expected failure with the measurement;
 - Prometheus survives: peak RSS during the limited queries stays under
-  ``prometheus_rss_factor`` x idle RSS + what max-samples lets
-  max-concurrency queries hold; a cheap query answers right after; ``up``
+  ``prometheus_rss_factor`` x idle RSS + what max-concurrency running
+  queries may hold (max-samples samples and the series each selects); a cheap query answers right after; ``up``
   shows no missed scrape.
 
 Prometheus is also a measurement source: the API-call latency SLO figure
@@ -49,7 +49,7 @@ import pytest
 
 from fixtures import apimetrics, prom_limits, promslo
 from fixtures.kube import get_if_present, raw_request
-from fixtures.prom_limits import limit_bound, scrapes, series_unbounded
+from fixtures.prom_limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
 from fixtures.promclient import duration_s
 from fixtures.run import metadata
 from fixtures.waiting import wait_for
@@ -246,7 +246,7 @@ def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(patholog
 @pytest.mark.heavy_query
 def test_prometheus_memory_stays_bounded_during_the_pathological_queries(pathological, prometheus, profile):
     p = pathological
-    bound = limit_bound(p.idle, profile)
+    bound = limit_bound(p.idle, profile, p.selected_series)
     if p.idle_process:
         measured("idle RSS (process)", p.idle_process / MIB, "MiB")
     measured("idle RSS (process_resident_memory_bytes)", (p.idle_metric or 0) / MIB, "MiB")
@@ -257,7 +257,8 @@ def test_prometheus_memory_stays_bounded_during_the_pathological_queries(patholo
     assert p.rss.peak <= bound, (
         f"Prometheus' RSS reached {p.rss.peak / MIB:.0f} MiB during the limited pathological queries, over the "
         f"{bound / MIB:.0f} MiB the limits allow ({profile.prometheus_rss_factor:g} x idle {p.idle / MIB:.0f} MiB + "
-        f"{profile.prometheus_max_concurrency} x {profile.prometheus_max_samples:,} samples x 16 B)")
+        f"{profile.prometheus_max_concurrency} x ({profile.prometheus_max_samples:,} samples x {BYTES_PER_SAMPLE} B + "
+        f"{p.selected_series:,} series x {BYTES_PER_SERIES} B))")
 
 
 @pytest.mark.heavy_query

@@ -174,7 +174,7 @@ def test_promql_window_is_exact_and_counts_new_series():
 def test_memory_bound_is_what_the_limits_allow():
     class P:
         prometheus_rss_factor, prometheus_max_concurrency, prometheus_max_samples = 2.0, 2, 1_000_000
-    assert limit_bound(100e6, P) == 200e6 + 2 * 1_000_000 * 16
+    assert limit_bound(100e6, P, 1000) == 200e6 + 2 * (1_000_000 * 16 + 1000 * 256)
 
 
 class _FakeProm:
