@@ -181,7 +181,7 @@ class _FakeProm:
     def __init__(self, result):
         self.result = result
 
-    def query(self, expr, at=None, wait_s=30):
+    def settled(self, expr, at=None, within_s=30):
         return Answer(200, 0.01, data={"resultType": "matrix", "result": self.result})
 
 
