@@ -278,7 +278,8 @@ def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, 
              until=lambda a: a.ok and a.data["result"] and float(a.data["result"][0]["value"][1]) > p.t_end,
              timeout=3 * (iv or 60) + 10, interval=0.5, what="a scrape after the pathological queries")
     s = scrapes(prom, p.t_start, p.t_end, iv)
-    assert s.max_gap_s, f"no `up` series over the window (Prometheus answered {s.answer}): it scraped nothing"
+    assert s.max_gap_s, (f"no `up` series over the window (Prometheus answered {s.answer}: "
+                         f"{str(s.answer.data)[:300]}): it scraped nothing")
     allure.attach("\n".join(f"{job:60} interval {s.interval_s[job]:.1f} s  max gap {gap:.1f} s  "
                             f"failed {s.failed[job]}  samples {s.samples[job]}"
                             for job, gap in sorted(s.max_gap_s.items())), "scrapes during the queries",

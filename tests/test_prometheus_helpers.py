@@ -195,3 +195,10 @@ def test_scrape_gaps_find_a_missed_scrape():
     assert s.max_gap_s["prometheus/a"] == 4 and s.max_gap_s["etcd/b"] == 2
     assert s.failed == {"prometheus/a": 0, "etcd/b": 1}
     assert math.isclose(scrapes(fake, 101, 110, None).interval_s["prometheus/a"], 2.0)
+
+
+def test_scrape_gaps_span_the_window_from_the_scrape_before_to_the_one_after():
+    """A window shorter than the interval: the scrapes around it still count (no sample inside is not 'no data')."""
+    fake = _FakeProm([{"metric": {"job": "prometheus", "instance": "a"}, "values": [[100, "1"], [102, "1"], [106, "1"]]}])
+    s = scrapes(fake, 102.5, 103.0, 2.0)
+    assert s.max_gap_s["prometheus/a"] == 4 and s.samples["prometheus/a"] == 0
