@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -177,8 +178,11 @@ def wal_replay(profile, directory: Path, series: int, scrapes: int, interval_s: 
                 server.stop(grace_s=120)
         out["runs"] = runs
         for procs in (1, os.cpu_count()):
-            sel = [x["ready_s"] for x in runs if x["gomaxprocs"] == procs]
-            out[f"ready_s_gomaxprocs_{procs}"] = sorted(sel)[len(sel) // 2] if sel else None
+            for key in ("ready_s", "wal_replay_duration_s"):
+                sel = [x[key] for x in runs if x["gomaxprocs"] == procs and key in x]
+                if sel:
+                    out[f"{key}_gomaxprocs_{procs}"] = {"min": min(sel), "median": statistics.median(sel),
+                                                        "max": max(sel)}
     finally:
         httpd.shutdown()
         server.remove()
