@@ -16,17 +16,17 @@ of ``prometheus_backfill_nodes`` GPU nodes plus the live control plane):
   hit while the storage expands series) -- within ``--query.timeout`` +
   ``prometheus_timeout_slack_s``; a request's own larger ``timeout=`` does
   not extend that; a query that would load more than ``--query.max-samples``
-  gets 422; queries above ``--query.max-concurrency`` wait in the queue (and
-  are cut there) instead of running at once;
-  (a queued query may first wait one running query's timeout for a slot
-  to be parsed in: its answer comes within twice the timeout);
+  gets 422; queries above ``--query.max-concurrency`` wait in the queue
+  instead of running at once, and are still cut (a queued query may first
+  wait one running query's timeout for a slot to be parsed in: its answer
+  comes within twice the timeout);
 - the series API honours ``limit=`` (its mitigation). It is bounded by
   neither the query timeout nor max-samples in this Prometheus: a strict
   expected failure with the measurement;
 - Prometheus survives: peak RSS during the limited queries stays under
   ``prometheus_rss_factor`` x idle RSS + what max-concurrency running
-  queries may hold (max-samples samples and the series each selects); a cheap query answers right after; ``up``
-  shows no missed scrape.
+  queries may hold (max-samples samples and the series each selects); a
+  cheap query answers right after; ``up`` shows no missed scrape.
 
 Prometheus is also a measurement source: the API-call latency SLO figure
 by PromQL over a window equals the one from the kube-apiserver's own
@@ -56,7 +56,6 @@ from fixtures.waiting import wait_for
 from load.prom_queries import tiny_timeout_probe
 from reports.plugin import measured
 
-GIB = 1 << 30
 MIB = 1 << 20
 
 
