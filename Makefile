@@ -14,14 +14,16 @@ RESULTS := reports/allure-results
 # Allure's own CLI (Allure 2, reads allure-pytest results), from the npm registry; needs Java.
 ALLURE  := npx --yes allure-commandline@2.46.1
 
-.PHONY: run test setup toolchain report bench clean-clusters
+.PHONY: run test setup toolchain report bench bench-prometheus clean-clusters
 
 run: setup
 	rm -rf $(RESULTS)
+	$(PY) -m fixtures.prom_history --profile $(PROFILE)
 	$(PYTEST) suites --profile $(PROFILE) $(ARGS)
 
 test: setup
 	rm -rf $(RESULTS)
+	$(PY) -m fixtures.prom_history --profile smoke
 	$(PYTEST) tests --profile smoke
 	$(PYTEST) suites --profile smoke
 	$(PYTEST) suites/test_cluster_scale.py --profile nightly
@@ -49,6 +51,9 @@ report:
 
 bench: setup
 	$(PY) -m bench.bringup $(ARGS)
+
+bench-prometheus: setup
+	$(PY) -m bench.prometheus $(ARGS)
 
 clean-clusters: $(VENV)/.installed
 	$(PY) -m fixtures.kwok --sweep-all

@@ -21,6 +21,7 @@ pytest_plugins = [
     "fixtures.overload",      # API overload: the flood's flow and the measured flood
     "fixtures.joinstorm",     # API overload: the node-join storm
     "fixtures.watch_bandwidth",  # the watch-bandwidth measurement
+    "fixtures.prometheus",    # the run's Prometheus: embedded (backfilled) or --prometheus-url
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
 ]
@@ -46,5 +47,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "without it that check runs against the project's mock NVML library")
     g.addoption("--keep-cluster", action="store_true",
                 help="do not delete the embedded cluster at the end (its kubeconfig is printed)")
+    g.addoption("--prometheus-url", default=None,
+                help="test this existing Prometheus (read-only; its heavy queries only with "
+                     "--allow-destructive) instead of starting an embedded one")
+    g.addoption("--prometheus-token-file", default=None, help="bearer token for --prometheus-url")
+    g.addoption("--prometheus-ca-file", default=None, help="CA bundle for --prometheus-url (https)")
     # Internal: self-tests pass their own run id to the suites they drive.
     g.addoption("--run-id", default=None, help=argparse.SUPPRESS)

@@ -202,7 +202,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     env = {"run.id": stash.get(RUN_ID, "?"),
            "kubernetes.toolchain": toolchain.KUBERNETES_VERSION,
            "kwok.toolchain": toolchain.KWOK_VERSION,
-           "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION}
+           "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION,
+           "prometheus.toolchain": toolchain.prometheus_release()}
     env["allow.destructive"] = str(bool(session.config.getoption("allow_destructive", False))).lower()
     profile = stash.get(PROFILE, None)
     if profile is not None:

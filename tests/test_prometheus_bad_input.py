@@ -1,0 +1,89 @@
+"""A wrong ``--prometheus-url`` ends the run before any test: one readable line, exit 4.
+
+No cluster is needed (the check runs at configure time). The endpoints that
+are not a Prometheus are tiny local HTTP servers (a web page, one that
+wants credentials); the bearer token given must never be printed.
+"""
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+from tests.harness import run_pytest
+from tests.test_bad_input import _assert_one_line_error
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_prometheus_limits.py"
+SECRET = "not-a-real-token"
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    status, body = 200, b"<html><body>Welcome to the dashboard</body></html>"
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(self.status)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Unauthorized(_Page):
+    status, body = 401, b'{"message":"Unauthorized"}'
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(handler) -> str:
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}"
+    yield start
+    for srv in servers:
+        srv.shutdown()
+
+
+def _token(tmp_path) -> str:
+    p = tmp_path / "token"
+    p.write_text(SECRET)
+    return str(p)
+
+
+def test_unreachable_prometheus_url(tmp_path):
+    run = run_pytest([SUITE, "--prometheus-url", "http://127.0.0.1:1", "--prometheus-token-file", _token(tmp_path)],
+                     tmp_path, timeout=120)
+    _assert_one_line_error(run, "cannot reach Prometheus at http://127.0.0.1:1")
+
+
+def test_an_endpoint_that_is_not_prometheus(serve, tmp_path):
+    url = serve(_Page)
+    run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
+    _assert_one_line_error(run, f"{url} is not a Prometheus API (GET /api/v1/status/buildinfo answered 200")
+
+
+def test_refused_credentials(serve, tmp_path):
+    url = serve(_Unauthorized)
+    run = run_pytest([SUITE, "--prometheus-url", url, "--prometheus-token-file", _token(tmp_path)], tmp_path,
+                     timeout=120)
+    _assert_one_line_error(run, f"Prometheus at {url} answered 401 (unauthorized)")
+    assert SECRET not in run.output
+
+
+@pytest.mark.parametrize("args,expected", [
+    pytest.param(["--prometheus-ca-file", "/nonexistent/ca.crt"], "need --prometheus-url", id="ca-without-url"),
+    pytest.param(["--prometheus-url", "http://127.0.0.1:1", "--prometheus-token-file", "/nonexistent/token"],
+                 "--prometheus-token-file /nonexistent/token", id="missing-token-file"),
+    pytest.param(["--set", "prometheus_query_timeout=soon"], "prometheus_query_timeout 'soon' is not a Prometheus "
+                 "duration", id="bad-timeout"),
+    pytest.param(["--set", "prometheus_backfill_minutes=500"], "prometheus_backfill_minutes must be <= 118",
+                 id="history-longer-than-a-block"),
+])
+def test_bad_prometheus_options(args, expected, tmp_path):
+    _assert_one_line_error(run_pytest([SUITE, *args], tmp_path, timeout=120), expected)
