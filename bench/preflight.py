@@ -25,10 +25,8 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench import common
 from fixtures import apimetrics
@@ -66,21 +64,16 @@ def checker_cost(machines: int, sample: int = 20) -> dict:
             "note": "xid window 0 (the agent holds each verdict for the window instead of sleeping it)"}
 
 
-def request_counts(text: str) -> Counter:
+def request_counts(text: str) -> dict[str, float]:
     """apiserver_request_total summed by 'VERB resource[/subresource]'."""
-    out: Counter = Counter()
-    for fam in text_string_to_metric_families(text):
-        if fam.name != REQUESTS.removesuffix("_total"):
-            continue
-        for s in fam.samples:
-            if s.name == REQUESTS:
-                lb = s.labels
-                key = f"{lb.get('verb')} {lb.get('resource')}" + (f"/{lb['subresource']}" if lb.get("subresource") else "")
-                out[key] += s.value
+    out: dict[str, float] = {}
+    for (verb, resource, sub), v in apimetrics.counters(text, REQUESTS, ("verb", "resource", "subresource")).items():
+        key = f"{verb} {resource}" + (f"/{sub}" if sub else "")
+        out[key] = out.get(key, 0.0) + v
     return out
 
 
-def delta(after: Counter, before: Counter, top: int = 15) -> dict:
+def delta(after: dict, before: dict, top: int = 15) -> dict:
     d = {k: int(v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0) > 0}
     return dict(sorted(d.items(), key=lambda kv: -kv[1])[:top]) | {"total": sum(d.values())}
 

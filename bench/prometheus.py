@@ -19,13 +19,10 @@ No Kubernetes cluster is needed (the history and a synthetic scrape target stand
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import datetime as dt
 import http.server
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -34,23 +31,19 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
+from bench import common
 from fixtures import prom_history, prom_limits, toolchain
 from fixtures.errors import HarnessError
-from fixtures.profile import load_profile
 from fixtures.prometheus import PromTarget, shape_of
 from fixtures.promserver import Limits, PromServer, own_directory
 from fixtures.run import new_run_id
 from fixtures.waiting import wait_for
 
-OUT = Path(__file__).resolve().parent.parent / "reports" / "bench" / "prometheus.json"
 GIB = 1 << 30
 UNLIMITED = Limits("10m", 10 ** 12, 20, 0)
 
 
-def say(m: str) -> None:
-    print(f"[bench] {m}", file=sys.stderr, flush=True)
+say = common.say
 
 
 class Watchdog(threading.Thread):
@@ -204,9 +197,7 @@ def _replay_times(log: Path, offset: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="nightly")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap = common.parser(__doc__, "nightly", "prometheus.json")
     ap.add_argument("--memory-bound-gib", type=float, default=8.0)
     ap.add_argument("--wal-series", type=int, default=1_000_000)
     ap.add_argument("--wal-scrapes", type=int, default=20)
@@ -216,15 +207,14 @@ def main(argv: list[str]) -> int:
                     help="how long the client waits for each answer of the Prometheus without limits")
     ap.add_argument("--skip-queries", action="store_true")
     ap.add_argument("--skip-wal", action="store_true")
-    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.kubeconfig:
+        raise common.fail(ValueError("bench.prometheus measures its own Prometheus: drop --kubeconfig"))
+    profile = common.load(args)
     try:
-        profile = load_profile(args.profile, args.overrides)
-        toolchain.ensure(toolchain.PROMETHEUS, progress=say)
         history = prom_history.build(shape_of(profile), say)
     except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        raise common.fail(e) from None
     work = own_directory(f"bench-{new_run_id()}")
     result: dict = {
         "history": {**dataclasses.asdict(history.shape), "series": history.series, "bucket_series": history.bucket_series,
@@ -241,20 +231,13 @@ def main(argv: list[str]) -> int:
             result["wal_replay"] = wal_replay(profile, work / "wal", args.wal_series, args.wal_scrapes,
                                               args.wal_interval_s, args.rounds)
     except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        raise common.fail(e) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result.update({
-        "versions": {"prometheus": toolchain.prometheus_release(), "module": toolchain.PROMETHEUS_VERSION},
-        "profile": profile.name, "overrides": args.overrides,
-        "load_average_at_end": os.getloadavg(),
-        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-                    "python": platform.python_version()},
-        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    })
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result = {**common.header(argv, None, profile, "bench.prometheus"), "overrides": args.overrides,
+              "prometheus": {"release": toolchain.prometheus_release(), "module": toolchain.PROMETHEUS_VERSION},
+              **result}
+    common.write(args.out, result)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from fixtures.kube import raw_request
+from fixtures.kube import create_if_absent, raw_request
 from fixtures.run import metadata
 
 SERVICE_ACCOUNT = "clusterproof-load"
@@ -39,13 +39,13 @@ def create_load_identity(api: client.ApiClient, namespace: str, run_id: str, dir
     Everything lives in the run's namespace, so deleting it removes them.
     """
     ns_path = f"/api/v1/namespaces/{namespace}"
-    _create(api, f"{ns_path}/serviceaccounts", {"metadata": metadata(SERVICE_ACCOUNT, run_id)})
-    _create(api, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-                body={"metadata": metadata(f"{SERVICE_ACCOUNT}-{verbs_role}", run_id),
+    # Created, or kept as an earlier burst in the same namespace made it (same spec).
+    create_if_absent(api, f"{ns_path}/serviceaccounts", {"metadata": metadata(SERVICE_ACCOUNT, run_id)})
+    create_if_absent(api, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+                     {"metadata": metadata(f"{SERVICE_ACCOUNT}-{verbs_role}", run_id),
                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": verbs_role},
-                      "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
-                                    "namespace": namespace}]})
+                      "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]})
     resp = json.loads(raw_request(api, "POST", f"{ns_path}/serviceaccounts/{SERVICE_ACCOUNT}/token",
                                   body={"apiVersion": "authentication.k8s.io/v1",
                                         "kind": "TokenRequest",
@@ -59,11 +59,3 @@ def create_load_identity(api: client.ApiClient, namespace: str, run_id: str, dir
     return LoadIdentity(f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}", token_file,
                         api.configuration.ssl_ca_cert or None)
 
-
-def _create(api: client.ApiClient, path: str, body: dict) -> None:
-    """Create, or keep the one an earlier burst in the same namespace made (same spec)."""
-    try:
-        raw_request(api, "POST", path, body=body).data
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
