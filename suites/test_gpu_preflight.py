@@ -161,6 +161,8 @@ def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(prefl
     if status:
         measured("evictions refused by the PDB (429, retried)",
                  sum(d["refused_429"] for d in status.get("drains", {}).values()), "evictions")
+        measured("evictions answered 504, PDB update conflicts (retried)",
+                 sum(d.get("conflicts_504", 0) for d in status.get("drains", {}).values()), "evictions")
     assert not out.problems, f"{len(out.problems)} in-service remediation problem(s): " + _names(out.problems)
 
 

@@ -27,12 +27,14 @@ class SuiteRun:
         return {k: v for k, v in self.failures.items() if k.startswith(test_prefix)}
 
 
-def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900) -> SuiteRun:
+def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict | None = None) -> SuiteRun:
+    """Run pytest in a child process; ``env`` overrides variables for the child only (never this
+    process's os.environ: the session's embedded cluster and its supervisor live here)."""
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
            f"--alluredir={tmp_path / 'allure'}", "-q", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
     failures, passed = {}, []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):

@@ -234,3 +234,15 @@ def test_component_certificates_carry_their_identities(tmp_path):
     kube = yaml.safe_load((tmp_path / "kwok-controller.kubeconfig").read_text())
     assert kube["users"][0]["user"]["client-certificate"] == str(tmp_path / "pki" / "kwok-controller.crt")
     assert kube["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1"
+
+
+def test_only_the_known_eviction_504_is_not_an_error():
+    """The guard excuses exactly an eviction's PDB-conflict 504; a 504 on a plain pod create still fails."""
+    from fixtures import apiguard
+
+    def scrape(evict, create):
+        row = 'apiserver_request_total{code="504",component="apiserver",group="",resource="pods",scope="resource",'
+        return (row + f'subresource="eviction",verb="POST",version="v1"}} {evict}\n'
+                + row + f'subresource="",verb="POST",version="v1"}} {create}\n')
+    assert apiguard.server_errors(scrape(0, 0), scrape(3, 0)) == {}
+    assert apiguard.server_errors(scrape(0, 0), scrape(3, 1)) == {("POST", "", "pods", "", "504"): 1.0}

@@ -66,21 +66,20 @@ def test_bad_input_gives_one_readable_line(args, expected, tmp_path):
     _assert_one_line_error(run_pytest([SUITE, *args(tmp_path)], tmp_path, timeout=120), expected)
 
 
-def test_missing_toolchain_gives_one_readable_line(tmp_path, monkeypatch):
+def test_missing_toolchain_gives_one_readable_line(tmp_path):
     """No cached binaries and no Go: the embedded cluster cannot be built."""
     go_dir = os.path.dirname(shutil.which("go") or "/nonexistent/go")
-    monkeypatch.setenv("PATH", os.pathsep.join(
-        d for d in os.environ["PATH"].split(os.pathsep) if d != go_dir and not os.path.exists(f"{d}/go")))
-    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "empty-cache"))
-    run = run_pytest([SUITE], tmp_path, timeout=120)
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if d != go_dir and not os.path.exists(f"{d}/go"))
+    run = run_pytest([SUITE], tmp_path, timeout=120,
+                     env={"PATH": path, "CLUSTERPROOF_CACHE": str(tmp_path / "empty-cache")})
     _assert_one_line_error(run, "Go is not installed")
 
 
-def test_unbuildable_toolchain_gives_one_readable_line(tmp_path, monkeypatch):
+def test_unbuildable_toolchain_gives_one_readable_line(tmp_path):
     """Go is there but cannot fetch modules (no proxy): the build error names its log."""
-    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "empty-modcache"))
-    monkeypatch.setenv("GOPROXY", "off")
-    run = run_pytest([SUITE], tmp_path, timeout=120)
+    run = run_pytest([SUITE], tmp_path, timeout=120,
+                     env={"CLUSTERPROOF_CACHE": str(tmp_path / "empty-cache"),
+                          "GOMODCACHE": str(tmp_path / "empty-modcache"), "GOPROXY": "off"})
     _assert_one_line_error(run, "building kwok v0.8.0 failed")
     assert "full log:" in run.output

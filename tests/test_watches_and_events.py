@@ -84,7 +84,7 @@ def test_a_latency_window_is_taken_on_one_apiserver_replica(monkeypatch):
     is retried (on fresh connections) until it is A again, and refused if it never is."""
     def scrapes(*answers):
         it = iter(answers)
-        monkeypatch.setattr(apimetrics, "scrape", lambda api, fresh=False: next(it))
+        monkeypatch.setattr(apimetrics, "scrape", lambda api, prefixes=(), fresh=False: next(it))
     a = "process_start_time_seconds 1.7e+09\nx 1\n"
     b = "process_start_time_seconds 1.8e+09\nx 2\n"
     scrapes(b, b, a)
