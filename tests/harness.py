@@ -7,9 +7,11 @@ same command line a user types, against a real (deliberately broken) cluster.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +47,52 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
             elif case.find("skipped") is None:
                 passed.append(name)
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, failures, passed)
+
+
+@contextmanager
+def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False):
+    """A pytest run in the background (to be interrupted or killed); output on ``proc.stdout``.
+    Killed on leaving the block if still running (its process group when ``new_session``).
+
+    SIGINT goes back to its default in the child: a parent started in the
+    background without job control (nohup ... &, some CI runners) passes it
+    on as ignored, and then Python never raises KeyboardInterrupt.
+    """
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}", *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=new_session,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            if new_session:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+            proc.wait(timeout=60)
+
+
+def ended_early(proc: subprocess.Popen) -> None:
+    """Raise (with its output) if a background run ended before it was interrupted."""
+    if proc.poll() is not None:
+        raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+
+
+def interrupt(proc: subprocess.Popen, timeout: float = 300) -> str:
+    """Ctrl-C a background run and wait for it to end; its output. Asserts the run saw the interrupt."""
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=timeout)
+    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+    return out
+
+
+def assert_one_line(run: SuiteRun, *expected: str) -> None:
+    """The run ended with one readable line (exit 4) naming each of ``expected``; no traceback."""
+    assert run.returncode == 4, run.output[-2000:]
+    for e in expected:
+        assert e in run.output, run.output[-2000:]
+    assert "Traceback" not in run.output and "INTERNALERROR" not in run.output, run.output[-2000:]
 
 
 def allure_results(tmp_path: Path) -> dict[str, dict]:

@@ -27,9 +27,6 @@ to this session's embedded cluster; the controls shorten the flood with
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 
 import psutil
@@ -39,7 +36,8 @@ from fixtures.kube import get_if_present
 from fixtures.liveness import wait_expired
 from fixtures.overload import flow_name
 from fixtures.waiting import wait_for
-from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+from tests.harness import (allure_results, background_pytest, ended_early, interrupt,
+                           run_leftovers, run_pytest)
 from tests.test_burst_controls import EtcdStalls
 
 pytestmark = pytest.mark.selftest
@@ -238,32 +236,22 @@ def _flow_exists(cluster, rid: str) -> bool:
 
 
 def _start(cluster, profile, rid, tmp_path, *sets, select="shed"):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
-           *_args(cluster, profile, rid, *sets, select=select)]
-    # SIGINT back to default in the child (a parent started without job control passes it on ignored).
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    """The run in its own process group (pytest and its locust are killed together)."""
+    return background_pytest(_args(cluster, profile, rid, *sets, select=select), tmp_path, new_session=True)
 
 
 def _wait_flooding(cluster, proc, rid):
     def flooding():
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+        ended_early(proc)
         return _flow_exists(cluster, rid)
     wait_for(flooding, timeout=180, interval=0.5, what=f"run {rid} installed its FlowSchema")
 
 
 def test_interrupted_flood_leaves_no_flow_schema_or_level(cluster, profile, tmp_path):
     rid = f"apfctl-{os.urandom(2).hex()}"
-    proc = _start(cluster, profile, rid, tmp_path, "apf_flood_s=60")
-    try:
+    with _start(cluster, profile, rid, tmp_path, "apf_flood_s=60") as proc:
         _wait_flooding(cluster, proc, rid)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+        interrupt(proc)
     _assert_nothing_left(cluster, rid)
 
 
@@ -271,12 +259,9 @@ def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, tmp_path):
     """SIGKILL mid-flood (no teardown runs): the run's FlowSchema, level and namespaces stay until its
     Lease expires; the next run's sweeper removes them."""
     dead = f"apfctl-{os.urandom(2).hex()}"
-    proc = _start(cluster, profile, dead, tmp_path / "dead", "apf_flood_s=120", "run_lease_duration_s=10")
-    try:
+    with _start(cluster, profile, dead, tmp_path / "dead", "apf_flood_s=120", "run_lease_duration_s=10") as proc:
         _wait_flooding(cluster, proc, dead)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)   # pytest and its locust: nothing can clean up
-        proc.wait(timeout=30)
+    # leaving the block SIGKILLed pytest and its locust (their process group): nothing could clean up
     assert _flow_exists(cluster, dead), "SIGKILL should have left the FlowSchema behind"
     wait_expired(cluster.api, dead, timeout=60)
     rid, run = _run(cluster, profile, tmp_path / "next", select="expectations")

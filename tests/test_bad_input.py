@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.harness import run_pytest
+from tests.harness import assert_one_line, run_pytest
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
@@ -28,9 +28,7 @@ def _kubeconfig(tmp_path, server="https://127.0.0.1:1", contexts=("only",)):
 
 
 def _assert_one_line_error(run, expected: str):
-    assert run.returncode == 4, run.output[-2000:]
-    assert expected in run.output, run.output[-2000:]
-    assert "Traceback" not in run.output, run.output[-2000:]
+    assert_one_line(run, expected)
     assert "not-a-real-token" not in run.output
 
 

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +35,8 @@ from fixtures.nodes import node_bodies
 from fixtures.preflight_contract import Marks
 from fixtures.run import RUN_LABEL
 from fixtures.waiting import wait_for
-from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
+                           run_leftovers, run_pytest)
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
 SUITE = "suites/test_gpu_preflight.py"
@@ -170,35 +168,25 @@ def test_drain_that_ignores_the_pdb_fails_naming_the_budget(cluster, profile, ru
                  "preflight_reason_label_key are both", id="same-label-keys"),
 ])
 def test_bad_preflight_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
-    run = run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120)
-    assert run.returncode == 4, run.output[-2000:]
-    assert expected in run.output, run.output[-2000:]
-    assert "Traceback" not in run.output
+    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
 
 
 def test_local_gpus_without_an_nvml_library_is_one_line(tmp_path):
     """No GPU on this machine: ``--local-gpus`` asks for its real libnvidia-ml, which is not there."""
     run = run_pytest([SUITE, "--profile", "smoke", "--local-gpus", "-k", "this_machine"], tmp_path, timeout=120)
-    assert run.returncode == 4, run.output[-2000:]
-    assert "clusterproof: --local-gpus: preflight: no NVML library" in run.output, run.output[-2000:]
-    assert "NVMLError_LibraryNotFound" in run.output and "Traceback" not in run.output
+    assert_one_line(run, "clusterproof: --local-gpus: preflight: no NVML library", "NVMLError_LibraryNotFound")
 
 
 # --- nothing is left behind ----------------------------------------------------------------------------------
 
 def _start(cluster, profile, tmp_path, rid, *sets, select=None):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
-           *_args(cluster, profile, rid, *sets, select=select)]
-    # SIGINT back to default in the child (a parent started without job control passes it on ignored).
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return background_pytest(_args(cluster, profile, rid, *sets, select=select), tmp_path)
 
 
 def _wait_cordoned(cluster, proc, rid):
     """Until the run's agent has cordoned a node gone bad in service (the middle of the in-service check)."""
     def cordoned():
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+        ended_early(proc)
         return [n for n in list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]
                 if n["spec"].get("unschedulable") and "clusterproof.io/preflight" not in n["metadata"]["labels"]]
     wait_for(cordoned, timeout=300, interval=0.5, what=f"run {rid} cordoned a node gone bad in service")
@@ -206,15 +194,9 @@ def _wait_cordoned(cluster, proc, rid):
 
 def test_interrupted_run_leaves_no_node_mark_agent_or_event(cluster, profile, run_id, tmp_path):
     rid = f"pfctl-{os.urandom(2).hex()}"
-    proc = _start(cluster, profile, tmp_path, rid, select="in_service")
-    try:
+    with _start(cluster, profile, tmp_path, rid, select="in_service") as proc:
         _wait_cordoned(cluster, proc, rid)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+        interrupt(proc)
     _assert_nothing_left(cluster, profile, run_id, rid)
     assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the run's fault file is left"
 
@@ -223,14 +205,9 @@ def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, tmp_pa
     """SIGKILL: nothing can clean up. The agent dies with the harness; the next run's sweeper removes
     the scratch nodes and the Events once the killed run's Lease has expired."""
     rid = f"pfdead-{os.urandom(2).hex()}"
-    proc = _start(cluster, profile, tmp_path, rid, "run_lease_duration_s=10", select="in_service")
-    try:
+    with _start(cluster, profile, tmp_path, rid, "run_lease_duration_s=10", select="in_service") as proc:
         _wait_cordoned(cluster, proc, rid)
-        proc.kill()
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # leaving the block SIGKILLed the run: nothing could clean up
     wait_for(lambda: [p.pid for p in psutil.process_iter(["cmdline"])
                       if rid in (p.info["cmdline"] or []) and "fixtures.preflight_agent" in " ".join(p.info["cmdline"])],
              until=lambda alive: not alive, timeout=30, interval=0.5, what=f"the killed run {rid}'s agent gone")

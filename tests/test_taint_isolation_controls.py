@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -37,7 +34,8 @@ from fixtures.node_plan import node_plan
 from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from fixtures.sweep import CLUSTER_SCOPED
 from fixtures.waiting import wait_for
-from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
+                           run_leftovers, run_pytest)
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_taint_isolation.py"
@@ -194,10 +192,7 @@ def test_namespace_without_team_label_is_one_clear_line(cluster, profile, run_id
 ])
 def test_bad_taint_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
     """Caught when the profile loads: exit 4 before any cluster is started."""
-    run = run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120)
-    assert run.returncode == 4, run.output[-2000:]
-    assert expected in run.output, run.output[-2000:]
-    assert "Traceback" not in run.output
+    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
 
 
 # --- nothing is left behind ------------------------------------------------------------------
@@ -205,25 +200,12 @@ def test_bad_taint_profile_values_end_the_run_with_one_line(setting, expected, t
 def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, profile, run_id, tmp_path):
     """Ctrl-C while the NoExecute check has its scratch node up: the run still undoes everything."""
     rid = f"taintctl-{os.urandom(2).hex()}"
-    cmd = [sys.executable, "-m", "pytest", "-q", f"--alluredir={tmp_path / 'allure'}",
-           *_args(cluster, profile, rid, "taint_observe_s=60", select="noexecute")]
-    # SIGINT back to default in the child: a parent started in the background
-    # without job control (nohup ... &, some CI runners) passes it on as
-    # ignored, and then Python never raises KeyboardInterrupt.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with background_pytest(_args(cluster, profile, rid, "taint_observe_s=60", select="noexecute"), tmp_path) as proc:
         def scratch_up():
-            if proc.poll() is not None:
-                raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+            ended_early(proc)
             return list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]
         wait_for(scratch_up, timeout=120, interval=0.5, what=f"run {rid} created its scratch node")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+        interrupt(proc, timeout=180)
     _assert_nothing_left(cluster, profile, run_id, rid)
 
 

@@ -21,9 +21,6 @@ configured differently, which the suite then starts itself):
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -34,7 +31,8 @@ from fixtures.pods import delete_run_pods
 from fixtures.run import RUN_LABEL, metadata
 from fixtures.waiting import wait_for
 from fixtures.watch_bandwidth import pool_nodes
-from tests.harness import ROOT, allure_results, run_leftovers, run_pytest
+from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
+                           run_leftovers, run_pytest)
 from tests.test_permissions import _kubeconfig_for, shipped_roles  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.selftest
@@ -199,10 +197,7 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     pytest.param("watch_churn_kinds=replace,explode", "watch_churn_kinds", id="unknown-churn-kind"),
 ])
 def test_bad_watch_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
-    run = run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120)
-    assert run.returncode == 4, run.output[-2000:]
-    assert expected in run.output, run.output[-2000:]
-    assert "Traceback" not in run.output
+    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
 
 
 @pytest.mark.parametrize("setting,expected", [
@@ -214,8 +209,7 @@ def test_bad_watch_profile_values_end_the_run_with_one_line(setting, expected, t
 ])
 def test_settings_the_cluster_cannot_honour_are_one_line(cluster, profile, setting, expected, tmp_path):
     rid, run = _run(cluster, profile, tmp_path, setting, timeout=180)
-    assert run.returncode == 4, run.output[-2000:]
-    assert expected in run.output and "Traceback" not in run.output, run.output[-2000:]
+    assert_one_line(run, expected)
     _assert_nothing_left(cluster, rid)
 
 
@@ -224,20 +218,11 @@ def test_settings_the_cluster_cannot_honour_are_one_line(cluster, profile, setti
 def test_interrupted_run_leaves_nothing(cluster, profile, tmp_path):
     """Ctrl-C while the per-node Service is being grown and churned: its pods and namespace still go."""
     rid = _rid("i")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}", SUITE,
-           "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", rid]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    args = [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", rid]
+    with background_pytest(args, tmp_path) as proc:
         def pods_up():
-            if proc.poll() is not None:
-                raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+            ended_early(proc)
             return len(list_raw(cluster.api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"])
         wait_for(pods_up, until=lambda n: n >= 100, timeout=180, interval=0.5, what=f"run {rid} created its pods")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "KeyboardInterrupt" in out or "Interrupted" in out or "!!!" in out, out[-2000:]
+        interrupt(proc)
     _assert_nothing_left(cluster, rid)
