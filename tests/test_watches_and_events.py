@@ -4,17 +4,21 @@
   for what vanished while it was not watching;
 - a pod's events are its own by uid: a pod created again under an old name
   does not inherit its predecessor's verdicts;
-- "pods deleted" waits until they are gone, not merely terminating.
+- "pods deleted" waits until they are gone, not merely terminating;
+- a run namespace is emptied by the harness (pods, Events, one request each)
+  before it is deleted, and the module guard waits until it is gone.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from fixtures import apimetrics
 from fixtures.informer import Informer
-from fixtures.kube import raw_request
+from fixtures.kube import delete_if_present, raw_request
 from fixtures.pod_spec import pod_body
-from fixtures.pods import create_pods, delete_pods, list_pods, pod_events
+from fixtures.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
 from fixtures.run import metadata
 from fixtures.waiting import WaitTimeout, wait_for
 
@@ -77,6 +81,32 @@ def test_deleted_pods_are_waited_for_until_gone_not_just_terminating(cluster, na
                     body=[{"op": "remove", "path": "/metadata/finalizers"}]).data
     delete_pods(api, namespace, ["held"], timeout=30)
     assert "held" not in list_pods(api, namespace)
+
+
+def test_a_run_namespace_is_emptied_by_the_harness_and_waited_for(cluster, run_id):
+    """The Events of thousands of pods outlast the namespace controller's one collection DELETE
+    (504 at 7,500 nodes): the harness deletes them itself; the guard waits for the namespace."""
+    api, ns, hold = cluster.api, f"cp-{run_id[-4:]}-emptied", "clusterproof.io/test-hold"
+    raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
+    try:
+        create_pods(api, ns, [pod_body(f"p{i}", run_id, node_selector={"example.com/none": "x"}) for i in range(3)])
+        for i in range(20):
+            raw_request(api, "POST", f"/api/v1/namespaces/{ns}/events", body={
+                "metadata": {"name": f"e{i}"}, "involvedObject": {"kind": "Pod", "namespace": ns, "name": "p0"},
+                "reason": "Test", "message": "a verdict", "type": "Normal"}).data
+        # A finalizer of our own keeps the namespace terminating: the harness's part is done, the wait is not.
+        raw_request(api, "PATCH", f"/api/v1/namespaces/{ns}", body={"metadata": {"finalizers": [hold]}},
+                    headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"}).data
+        delete_namespace(api, ns, run_id)
+        assert not list_pods(api, ns)
+        assert not json.loads(raw_request(api, "GET", f"/api/v1/namespaces/{ns}/events").data)["items"]
+        with pytest.raises(WaitTimeout, match=ns):
+            wait_namespaces_gone(api, run_id, timeout=3)
+    finally:
+        raw_request(api, "PATCH", f"/api/v1/namespaces/{ns}", body={"metadata": {"finalizers": None}},
+                    headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"}).data
+        delete_if_present(api, f"/api/v1/namespaces/{ns}")
+    wait_namespaces_gone(api, run_id, timeout=60)
 
 
 def test_a_latency_window_is_taken_on_one_apiserver_replica(monkeypatch):
