@@ -14,7 +14,7 @@ RESULTS := reports/allure-results
 # Allure's own CLI (Allure 2, reads allure-pytest results), from the npm registry; needs Java.
 ALLURE  := npx --yes allure-commandline@2.46.1
 
-.PHONY: run test setup toolchain report bench bench-prometheus clean-clusters
+.PHONY: run test setup toolchain report bench bench-prometheus clean-clusters upgrade-check lint-workflows
 
 run: setup
 	rm -rf $(RESULTS)
@@ -48,6 +48,20 @@ report:
 	$(ALLURE) generate $(RESULTS) --clean -o reports/html
 	rm -rf $(HISTORY) && cp -r reports/html/history $(HISTORY)
 	@echo "open reports/html/index.html (history of $$(ls $(HISTORY) | wc -l) files kept in $(HISTORY))"
+
+# Pre-upgrade validation: PROFILE on an embedded cluster at FROM, then at TO,
+# the second compared with the first (reports/upgrade/, exit 6 on a regression).
+FROM ?= v1.34.4
+TO   ?= v1.35.4
+upgrade-check: setup
+	rm -rf $(RESULTS)
+	$(PY) -m fixtures.prom_history --profile $(PROFILE)
+	$(PY) -m reports.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
+
+# The GitHub Actions workflows, checked by actionlint (built from the module proxy; also a self-test).
+lint-workflows: $(VENV)/.installed
+	$(PY) -m fixtures.toolchain --only actionlint
+	$$($(PY) -c 'from fixtures import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
 
 bench: setup
 	$(PY) -m bench.bringup $(ARGS)

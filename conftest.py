@@ -24,6 +24,7 @@ pytest_plugins = [
     "fixtures.prometheus",    # the run's Prometheus: embedded (backfilled) or --prometheus-url
     "reports.plugin",         # Allure environment, tags, failure attachments
     "reports.timing",         # time per suite against the profile's budgets
+    "reports.summary",        # reports/summary.json, the terminal summary, --baseline
 ]
 
 

@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
         tp = max((x["threadpool"] for x in runs), key=lambda f: f["create_qps"])
         result = {
             **common.header(argv, c, profile, "bench.burst"),
-            "scheduler": {"binary": "kube-scheduler " + toolchain.KUBERNETES_VERSION if c.kwok else "existing",
+            "scheduler": {"binary": "kube-scheduler " + c.kwok.kubernetes_version if c.kwok else "existing",
                           "client_qps": profile.scheduler_api_qps if c.kwok else None,
                           "client_burst": profile.scheduler_api_burst if c.kwok else None,
                           "state": scheduler_state(c.api)},

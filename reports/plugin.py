@@ -99,8 +99,13 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=") -> None:
-    """A figure a check measured, shown on the check's own page (passed or failed) with its threshold."""
+def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=",
+             better: str | None = None, headline: bool = False) -> None:
+    """A figure a check measured, shown on the check's own page (passed or failed) with its threshold,
+    and kept in the run's summary (``reports.summary``: ``better`` -- lower, higher or none -- defaults
+    to the threshold's direction or the unit's; ``headline`` figures are also printed at the end)."""
+    from reports import summary  # a plugin of its own: imported here, not before pytest registers it
+    summary.record(name, value, unit, threshold, op, better, headline)
     shown = "n/a" if value is None else f"{value:.3g} {unit}"
     if threshold is not None:
         shown += f" (threshold {op} {threshold:g} {unit})"

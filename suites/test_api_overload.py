@@ -254,7 +254,7 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile):
     run = flood
     took = None if run.phases.recovered is None else run.phases.recovered - run.phases.flood_end
     base = fm.latency_figures(run.probe_in("baseline"))
-    measured("flood end -> recovered", took, "s", profile.apf_recovery_s)
+    measured("flood end -> recovered", took, "s", profile.apf_recovery_s, headline=True)
     measured("well-behaved p99 before the flood", base["p99_s"], "s")
     assert took is not None, (
         f"no recovery within {profile.apf_recovery_s:g} s after the flood: {run.recovery_note} (PriorityLevel "
@@ -285,7 +285,7 @@ def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile):
     f = run.figures()
     allure.attach(json.dumps(f, indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)
     measured("joined nodes", f["registered"], "nodes", run.nodes, ">=")
-    measured("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s)
+    measured("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s, headline=True)
     measured("join 429s (retried)", f["join_429"], "")
     measured("well-behaved p99 during the join", f["well_behaved_client"]["p99_s"], "s")
     measured("existing nodes NotReady", len(run.flapped), "", 0)

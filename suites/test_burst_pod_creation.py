@@ -68,7 +68,7 @@ def _names(names) -> str:
 def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile):
     f, slo = burst["steady"].figures, profile.slo_mutating_p99_s
     server = f["create_latency_server_p99_s"]
-    measured("create pod p99, apiserver histogram", server, "s", slo)
+    measured("create pod p99, apiserver histogram", server, "s", slo, headline=True)
     measured("create pod p99, locust (client side, diagnostic)", f["create_latency_p99_s"], "s")
     measured("create rate", f["create_qps"], "pods/s")
     assert server is not None, "the apiserver recorded no pod create during the steady phase"
@@ -88,7 +88,7 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
     lat = [p.startup_server_s if p.startup_server_s is not None else math.inf for p in run.pods]
     lat += [math.inf] * max(0, run.planned - len(lat))
     p99 = percentile(lat, 99)
-    measured("pod startup p99, object timestamps", p99, "s", slo)
+    measured("pod startup p99, object timestamps", p99, "s", slo, headline=True)
     measured("pod startup p99, watch (diagnostic)", f["pod_startup_p99_s"], "s")
     measured("watch delivery lag p99 at create (diagnostic)", f["watch_lag_created_p99_s"], "s")
     measured("watch delivery lag p99 at Running (diagnostic)", f["watch_lag_running_p99_s"], "s")

@@ -231,5 +231,5 @@ def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwid
         measured(f"projected egress at {target:,} nodes: {label}", at, "B/s")
     last = run.sizes[-1]
     measured("bytes per churn change, EndpointSlice protobuf, largest size",
-             per_change(last, last.group(SLICES, PROTOBUF)), "B")
+             per_change(last, last.group(SLICES, PROTOBUF)), "B", headline=True)
     _fail(problems)

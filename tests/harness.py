@@ -34,7 +34,7 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
     process's os.environ: the session's embedded cluster and its supervisor live here)."""
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
-           f"--alluredir={tmp_path / 'allure'}", "-q", *args]
+           f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
     failures, passed = {}, []
@@ -58,7 +58,8 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     background without job control (nohup ... &, some CI runners) passes it
     on as ignored, and then Python never raises KeyboardInterrupt.
     """
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}", *args]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
+           f"--summary={tmp_path / 'summary.json'}", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=new_session,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -1,0 +1,260 @@
+"""Every run's figures in one file, its verdict in the terminal, and the comparison with a baseline.
+
+Why: the Allure report is for reading; a run also needs a machine-readable
+record to compare with (``reports/summary.json``: each check's outcome, and
+every figure a check measured with its unit and which direction is better),
+and a short table an SRE pastes into a chat. ``--baseline PATH`` compares
+this run with an earlier summary (or the median of a folder of them, see
+``reports.compare``): the table is printed, written to
+``reports/comparison.json``, attached to the report as a check of its own,
+and a regression beyond tolerance ends the run with exit status 6 even when
+every check passed.
+
+Figures come from ``reports.plugin.measured`` (what each check shows beside
+its threshold) and the time each suite took (``reports.timing``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fixtures.stash import CLUSTER, PROFILE, RUN_ID
+from reports import compare, timing
+
+REPORTS = Path(__file__).resolve().parent
+DEFAULT_SUMMARY = REPORTS / "summary.json"
+BASELINE = pytest.StashKey()   # the loaded baseline summary (dict), when --baseline was given
+
+_figures: dict[str, dict] = {}
+_checks: dict[str, dict] = {}
+_titles: dict[str, str] = {}
+_started = [time.time()]
+# Units whose smaller value is better, and whose larger is; a figure with a threshold takes its
+# direction from the threshold (<= lower is better, >= higher), one without either is not judged.
+_LOWER_UNITS = {"s", "ms", "MiB", "B", "B/s", "bytes"}
+_HIGHER_UNITS = {"pods/s", "nodes/s"}
+
+
+def better_of(unit: str, threshold: float | None, op: str) -> str:
+    if threshold is not None and op in ("<=", "<"):
+        return "lower"
+    if threshold is not None and op in (">=", ">"):
+        return "higher"
+    if threshold is None and unit in _LOWER_UNITS:
+        return "lower"
+    if threshold is None and unit in _HIGHER_UNITS:
+        return "higher"
+    return "none"
+
+
+def _current_check() -> str:
+    """The check being run (pytest sets PYTEST_CURRENT_TEST to 'nodeid (phase)')."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "outside a check").rsplit(" (", 1)[0]
+
+
+def record(name: str, value, unit: str, threshold: float | None = None, op: str = "<=",
+           better: str | None = None, headline: bool = False) -> None:
+    """One figure of the check being run (called by ``reports.plugin.measured``)."""
+    check = _current_check()
+    try:
+        v = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        v = None
+    if v is not None and not math.isfinite(v):
+        v = None
+    _figures[f"{check} :: {name}"] = {
+        "check": check, "name": name, "value": v, "unit": unit,
+        "better": better or better_of(unit, threshold, op),
+        "threshold": threshold, "op": op if threshold is not None else None, "headline": headline}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("clusterproof")
+    g.addoption("--baseline", default=None, metavar="PATH",
+                help="compare this run with an earlier run's reports/summary.json (or a folder of them: "
+                     "their median); exit 6 if a figure regressed beyond the profile's tolerance or a check "
+                     "that passed there fails now")
+    g.addoption("--summary", default=str(DEFAULT_SUMMARY), metavar="PATH",
+                help=f"where to write this run's summary (default {DEFAULT_SUMMARY.relative_to(REPORTS.parent)})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("baseline", None)
+    if path:
+        try:
+            config.stash[BASELINE] = compare.load(path)
+        except compare.SummaryError as e:
+            raise pytest.UsageError(f"clusterproof: {e}") from None
+
+
+def pytest_collection_modifyitems(items) -> None:
+    from reports.plugin import sentence
+    for item in items:
+        _titles[item.nodeid] = sentence(item)
+
+
+def outcome_of(report: pytest.TestReport) -> str | None:
+    """A check's outcome from one phase's report; None when this phase decides nothing."""
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if xfail:
+            return "xfailed" if report.skipped else "xpassed"
+        return report.outcome
+    if report.when == "setup" and report.outcome != "passed":
+        return ("xfailed" if xfail else "skipped") if report.skipped else "error"
+    if report.when == "teardown" and report.failed:
+        return "error"
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    outcome = outcome_of(report)
+    if outcome is None:
+        return
+    entry = _checks.setdefault(report.nodeid, {"title": _titles.get(report.nodeid, report.nodeid)})
+    if report.when == "teardown" and entry.get("outcome") in ("failed", "skipped", "xfailed"):
+        return   # the check's own verdict stands; a teardown error of a failed check adds nothing
+    entry["outcome"] = outcome
+    if outcome in ("failed", "error", "xfailed", "skipped") and report.longrepr is not None:
+        msg = getattr(report, "wasxfail", "") or _first_line(report)
+        entry["message"] = msg[:300]
+
+
+def _first_line(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message.strip().splitlines()[0] if crash.message.strip() else ""
+    if isinstance(report.longrepr, tuple):      # a skip: (file, line, reason)
+        return str(report.longrepr[2])
+    return str(report.longrepr).strip().splitlines()[-1] if str(report.longrepr).strip() else ""
+
+
+def build(config: pytest.Config, exitstatus: int) -> dict:
+    profile = config.stash.get(PROFILE, None)
+    c = config.stash.get(CLUSTER, None)
+    figures = dict(_figures)
+    for row in timing.rows(profile):
+        if row["suite"].startswith("total"):
+            continue
+        key = f"time :: {row['suite']}"
+        figures[key] = {"check": "time per suite", "name": row["suite"], "value": row["seconds"], "unit": "s",
+                        "better": "lower", "threshold": row["budget_s"], "op": "<=" if row["budget_s"] else None,
+                        "headline": False}
+    run = {"id": config.stash.get(RUN_ID, "?"), "profile": getattr(profile, "name", None),
+           "nodes": getattr(profile, "nodes", None),
+           "kubernetes": (c.server_version if c is not None else None)
+           or getattr(profile, "kubernetes_version", None),
+           "backend": getattr(c, "backend", None), "simulated": getattr(c, "simulated", None),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_started[0])),
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "seconds": round(time.time() - _started[0], 1), "pytest_exit": int(exitstatus)}
+    return {"schema": compare.SCHEMA, "run": run, "checks": dict(sorted(_checks.items())), "figures": figures}
+
+
+def _is_suite_run(session: pytest.Session) -> bool:
+    """A run of the suites (self-tests keep no summary: they drive suites in runs of their own)."""
+    return any(nodeid.startswith("suites/") for nodeid in _checks)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if not _is_suite_run(session) or hasattr(config, "workerinput"):
+        return
+    summary = build(config, exitstatus)
+    path = Path(config.getoption("summary"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=1))
+    config._cp_summary = (path, summary)
+    baseline = config.stash.get(BASELINE, None)
+    if baseline is None:
+        return
+    profile = config.stash.get(PROFILE, None)
+    c = compare.compare(baseline, summary, compare.Tolerance.of(profile))
+    (path.parent / "comparison.json").write_text(json.dumps(c.to_json(), indent=1))
+    config._cp_comparison = c
+    alluredir = config.getoption("allure_report_dir", None)
+    if alluredir:
+        attach_comparison(Path(alluredir), c, config.getoption("baseline"))
+    if c.regressed and session.exitstatus == 0:
+        session.exitstatus = compare.REGRESSION_EXIT
+
+
+def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str) -> None:
+    """The comparison as a result of its own in the Allure report (the table attached, a regression red)."""
+    alluredir.mkdir(parents=True, exist_ok=True)
+    now = int(time.time() * 1000)
+    table = f"{uuid.uuid4()}-attachment.html"
+    data = f"{uuid.uuid4()}-attachment.json"
+    (alluredir / table).write_text(compare.html_table(c))
+    (alluredir / data).write_text(json.dumps(c.to_json(), indent=1))
+    title = ("This run regressed against its baseline" if c.regressed
+             else "This run holds its baseline's figures within tolerance")
+    result = {
+        "uuid": str(uuid.uuid4()), "historyId": "clusterproof-baseline-comparison",
+        "testCaseId": "clusterproof-baseline-comparison", "name": title, "fullName": "baseline comparison",
+        "status": "failed" if c.regressed else "passed",
+        "statusDetails": {"message": c.headline()} if c.regressed else {},
+        "stage": "finished", "start": now, "stop": now,
+        "description": (f"This run (Kubernetes {c.candidate.get('kubernetes')}, profile {c.candidate.get('profile')}) "
+                        f"compared with the baseline {baseline_path} ({c.baseline.get('id')}, Kubernetes "
+                        f"{c.baseline.get('kubernetes')}): checks that flipped first, then every figure with its "
+                        "change and the profile's tolerance (baseline_tolerance_pct, baseline_min_change). "
+                        + c.headline()),
+        "labels": [{"name": "parentSuite", "value": "baseline comparison"},
+                   {"name": "suite", "value": "against the baseline"},
+                   {"name": "tag", "value": "comparison"}],
+        "attachments": [{"name": "comparison table", "source": table, "type": "text/html"},
+                        {"name": "comparison (data)", "source": data, "type": "application/json"}],
+    }
+    (alluredir / f"{result['uuid']}-result.json").write_text(json.dumps(result))
+
+
+def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) -> list[str]:
+    """The run in a few lines: checks per suite, what failed, the headline figures, the comparison."""
+    per_suite: dict[str, dict[str, int]] = {}
+    for nodeid, chk in summary["checks"].items():
+        suite = timing.suite_of(nodeid)
+        per_suite.setdefault(suite, {})
+        per_suite[suite][chk.get("outcome", "?")] = per_suite[suite].get(chk.get("outcome", "?"), 0) + 1
+    kinds = ["passed", "failed", "error", "xfailed", "xpassed", "skipped"]
+    r = summary["run"]
+    out = [f"run {r['id']}: profile {r['profile']}, {r['nodes']} nodes, Kubernetes {r['kubernetes']}, "
+           f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"]
+    out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
+    for suite, counts in sorted(per_suite.items()):
+        out.append(f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds))
+    bad = [(n, c) for n, c in summary["checks"].items() if c.get("outcome") in ("failed", "error", "xpassed")]
+    for nodeid, chk in bad[:15]:
+        out.append(f"  {chk.get('outcome').upper()}: {chk['title']} -- {chk.get('message', '')[:140]}")
+    heads = [f for f in summary["figures"].values() if f.get("headline")]
+    if heads:
+        out.append("headline figures:")
+        for f in heads:
+            v = "n/a" if f["value"] is None else f"{f['value']:.3g}"
+            thr = f" (threshold {f['op']} {f['threshold']:g})" if f.get("threshold") is not None else ""
+            out.append(f"  {f['name']:58} {v:>9} {f['unit']}{thr}")
+    if comparison is not None:
+        out.append("against the baseline:")
+        out += ["  " + ln for ln in compare.text_table(comparison, limit=12).splitlines()]
+    return out
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    held = getattr(config, "_cp_summary", None)
+    if held is None:
+        return
+    path, summary = held
+    tr = terminalreporter
+    tr.section("clusterproof summary")
+    for line in terminal_lines(summary, getattr(config, "_cp_comparison", None)):
+        tr.write_line(line)
+    tr.write_line(f"summary: {path}" + ("; comparison: " + str(path.parent / "comparison.json")
+                                        if getattr(config, "_cp_comparison", None) else ""))
