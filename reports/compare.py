@@ -249,11 +249,11 @@ def text_table(c: Comparison, limit: int | None = None) -> str:
     rows = [r for r in c.rows if r.verdict in ("regressed", "improved")] if limit else c.rows
     w = max([len(r.key) for r in rows] + [6])
     w = min(w, 90)
-    out.append(f"{'figure':{w}} {'baseline':>10} {'now':>10} {'change':>9} {'tol':>5}  verdict")
+    out.append(f"{'figure':{w}} {'baseline':>10} {'now':>10} {'unit':8} {'change':>9} {'tol':>5}  verdict")
     for r in rows[:limit]:
         tol = "" if r.tolerance_pct is None else f"{r.tolerance_pct:g}%"
-        out.append(f"{r.key[:w]:{w}} {_num(r.baseline):>10} {_num(r.now):>10} {_pct(r.change_pct):>9} {tol:>5}  "
-                   f"{r.verdict} {r.unit}".rstrip())
+        out.append(f"{r.key[:w]:{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} {_pct(r.change_pct):>9} "
+                   f"{tol:>5}  {r.verdict}")
     if limit and len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in reports/comparison.json")
     out.append(("REGRESSED: " if c.regressed else "OK: ") + c.headline())

@@ -229,7 +229,7 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
            f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"]
     out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
     for suite, counts in sorted(per_suite.items()):
-        out.append(f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds))
+        out.append((f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds)).rstrip())
     bad = [(n, c) for n, c in summary["checks"].items() if c.get("outcome") in ("failed", "error", "xpassed")]
     for nodeid, chk in bad[:15]:
         out.append(f"  {chk.get('outcome').upper()}: {chk['title']} -- {chk.get('message', '')[:140]}")
