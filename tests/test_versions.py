@@ -11,7 +11,7 @@ import pytest
 
 from fixtures import toolchain
 from fixtures.errors import HarnessError
-from fixtures.kwok import split_feature_gates
+from fixtures.kwok import known_feature_gates, split_feature_gates
 from fixtures.profile import load_profile
 
 pytestmark = pytest.mark.selftest
@@ -22,6 +22,12 @@ def test_gates_a_version_does_not_know_are_left_out_and_named():
     kept, dropped = split_feature_gates("GenericWorkload=true, GangScheduling=true,MutatingAdmissionPolicy=true", known)
     assert kept == "MutatingAdmissionPolicy=true" and dropped == ["GenericWorkload", "GangScheduling"]
     assert split_feature_gates("", known) == ("", [])
+
+
+def test_the_gates_a_version_knows_are_read_from_its_own_apiserver():
+    """The pinned kube-apiserver (built by make test's set-up): 1.35's alpha gates are among its own."""
+    known = known_feature_gates(toolchain.ensure(toolchain.KUBERNETES).path("kube-apiserver"))
+    assert len(known) > 100 and {"GenericWorkload", "GangScheduling", "MutatingAdmissionPolicy"} <= known, sorted(known)[:5]
 
 
 @pytest.mark.parametrize("output,module", [
