@@ -194,6 +194,12 @@ def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str
     data = f"{uuid.uuid4()}-attachment.json"
     (alluredir / table).write_text(compare.html_table(c))
     (alluredir / data).write_text(json.dumps(c.to_json(), indent=1))
+    plot = change_plot(c)
+    attachments = []
+    if plot:
+        attachments.append({"name": "change of each judged figure against the baseline (%)",
+                            "source": f"{uuid.uuid4()}-attachment.png", "type": "image/png"})
+        (alluredir / attachments[-1]["source"]).write_bytes(plot)
     title = ("This run regressed against its baseline" if c.regressed
              else "This run holds its baseline's figures within tolerance")
     result = {
@@ -211,9 +217,40 @@ def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str
                    {"name": "suite", "value": "against the baseline"},
                    {"name": "tag", "value": "comparison"}],
         "attachments": [{"name": "comparison table", "source": table, "type": "text/html"},
-                        {"name": "comparison (data)", "source": data, "type": "application/json"}],
+                        *attachments, {"name": "comparison (data)", "source": data, "type": "application/json"}],
     }
     (alluredir / f"{result['uuid']}-result.json").write_text(json.dumps(result))
+
+
+def change_plot(c: compare.Comparison, most: int = 30) -> bytes | None:
+    """The judged figures that moved most, as bars of percent change (worse to the right), each
+    coloured by its verdict, with the default tolerance marked. None when nothing was judged."""
+    rows = [r for r in c.rows if r.verdict in ("regressed", "improved", "within tolerance") and r.change_pct is not None]
+    rows = sorted(rows, key=lambda r: -abs(r.change_pct))[:most][::-1]
+    if not rows:
+        return None
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    worse = [r.change_pct if r.better == "lower" else -r.change_pct for r in rows]
+    colour = {"regressed": "#c62828", "improved": "#2e7d32", "within tolerance": "#90a4ae"}
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.6), dpi=110)
+    ax.barh(range(len(rows)), worse, color=[colour[r.verdict] for r in rows])
+    ax.set_yticks(range(len(rows)), [r.key.removeprefix("suites/")[-80:] for r in rows], fontsize=7)
+    tol = rows[0].tolerance_pct or 0
+    ax.axvline(tol, color="red", linestyle="--", linewidth=1, label=f"tolerance (+{tol:g} %, worse)")
+    ax.axvline(-tol, color="green", linestyle="--", linewidth=1, label=f"tolerance (-{tol:g} %, better)")
+    ax.set_xlabel("change against the baseline, in the figure's worse direction (%)")
+    ax.set_title(f"The {len(rows)} judged figures that moved most: red regressed, green improved, grey within tolerance")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) -> list[str]:
