@@ -35,8 +35,10 @@ _figures: dict[str, dict] = {}
 _checks: dict[str, dict] = {}
 _titles: dict[str, str] = {}
 _started = [time.time()]
-# Units whose smaller value is better, and whose larger is; a figure with a threshold takes its
-# direction from the threshold (<= lower is better, >= higher), one without either is not judged.
+# Units whose smaller value is better, and whose larger is. A ceiling (<=) makes a figure "lower is
+# better" whatever its unit (latency, 5xx count); a floor (>=) only for a rate -- a count that must
+# reach a number ("at least one 429", "every planned pod") is a verdict, not a figure to improve.
+# Anything else is shown, never judged.
 _LOWER_UNITS = {"s", "ms", "MiB", "B", "B/s", "bytes"}
 _HIGHER_UNITS = {"pods/s", "nodes/s"}
 
@@ -44,12 +46,10 @@ _HIGHER_UNITS = {"pods/s", "nodes/s"}
 def better_of(unit: str, threshold: float | None, op: str) -> str:
     if threshold is not None and op in ("<=", "<"):
         return "lower"
-    if threshold is not None and op in (">=", ">"):
+    if unit in _HIGHER_UNITS and op != "==":
         return "higher"
     if threshold is None and unit in _LOWER_UNITS:
         return "lower"
-    if threshold is None and unit in _HIGHER_UNITS:
-        return "higher"
     return "none"
 
 

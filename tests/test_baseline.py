@@ -100,7 +100,10 @@ def test_a_bad_baseline_is_one_line_naming_the_file(tmp_path, content, expected)
 
 def test_the_direction_of_a_figure_comes_from_its_threshold_or_its_unit():
     assert summary.better_of("s", 5.0, "<=") == "lower"
-    assert summary.better_of("pods", 100, ">=") == "higher"
+    assert summary.better_of("pods", 100, ">=") == "none"      # "every planned pod": a verdict, not a figure
+    assert summary.better_of("", 1, ">=") == "none"           # "at least one 429"
+    assert summary.better_of("", 0, "<=") == "lower"          # "no 5xx"
+    assert summary.better_of("pods/s", 20, ">=") == "higher"
     assert summary.better_of("MiB", None, "<=") == "lower"
     assert summary.better_of("pods/s", None, "<=") == "higher"
     assert summary.better_of("", None, "<=") == "none"
