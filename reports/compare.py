@@ -238,6 +238,22 @@ def judge(r: Row, tol: Tolerance) -> Row:
     return r
 
 
+def short_key(key: str, width: int) -> str:
+    """A figure's key in ``width`` characters: the module's path and the middle of the test's name go
+    first, the figure's own name (after " :: ") and the test's parameters last."""
+    k = key.removeprefix("suites/").replace(".py::", "::", 1)
+    if len(k) <= width:
+        return k
+    head, sep, name = k.rpartition(" :: ")
+    room = width - len(sep) - len(name) - 3
+    if not sep:
+        return k[:width - 3] + "..."
+    if room < 12:   # a long figure name says more than a few letters of its test
+        return name if len(name) <= width else name[:width - 3] + "..."
+    front = room // 2
+    return head[:front] + "..." + head[len(head) - (room - front):] + sep + name
+
+
 def text_table(c: Comparison, limit: int | None = None) -> str:
     """The comparison for a terminal or a ticket: flips first, then figures, worst first."""
     out = [f"baseline: {c.baseline.get('id', '?')} ({c.baseline.get('kubernetes', '?')}, profile "
@@ -247,12 +263,11 @@ def text_table(c: Comparison, limit: int | None = None) -> str:
         out.append("checks that flipped:")
         out += [f"  {f.baseline:>8} -> {f.now:<8} {f.title}" for f in c.flips]
     rows = [r for r in c.rows if r.verdict in ("regressed", "improved")] if limit else c.rows
-    w = max([len(r.key) for r in rows] + [6])
-    w = min(w, 90)
+    w = min(max([len(short_key(r.key, 10**6)) for r in rows] + [6]), 90)
     out.append(f"{'figure':{w}} {'baseline':>10} {'now':>10} {'unit':8} {'change':>9} {'tol':>5}  verdict")
     for r in rows[:limit]:
         tol = "" if r.tolerance_pct is None else f"{r.tolerance_pct:g}%"
-        out.append(f"{r.key[:w]:{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} {_pct(r.change_pct):>9} "
+        out.append(f"{short_key(r.key, w):{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} {_pct(r.change_pct):>9} "
                    f"{tol:>5}  {r.verdict}")
     if limit and len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in reports/comparison.json")
