@@ -35,6 +35,8 @@ CATEGORIES = [
     {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": "(?s).*SLO.*broken.*"},
     {"name": "Known upstream limitation (strict expected failure)", "matchedStatuses": ["skipped"],
      "messageRegex": "(?s)XFAIL.*"},
+    {"name": "Regression against the baseline (--baseline: a figure or a check got worse)",
+     "matchedStatuses": ["failed"], "messageRegex": "(?s).*(regressed beyond tolerance|check\\(s\\) now failing).*"},
     {"name": "Cluster defect", "matchedStatuses": ["failed"]},
 ]
 
@@ -122,6 +124,9 @@ def _allure_labels(request):
         if request.node.get_closest_marker("destructive") and not c.simulated:
             allure.dynamic.tag("changed-shared-state")  # ran with --allow-destructive
         allure.dynamic.parent_suite(f"{c.backend} / profile {c.profile.name}")
+    elif request.node.path.parent.name == "suites":   # a check of this machine (no cluster): not a lone "suites"
+        profile = request.config.stash.get(PROFILE, None)
+        allure.dynamic.parent_suite("this machine" + (f" / profile {profile.name}" if profile else ""))
     yield
 
 

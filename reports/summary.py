@@ -224,7 +224,7 @@ def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str
 
 def change_plot(c: compare.Comparison, most: int = 30) -> bytes | None:
     """The judged figures that moved most, as bars of percent change (worse to the right), each
-    coloured by its verdict, with the default tolerance marked. None when nothing was judged."""
+    coloured by its verdict, each with its own tolerance marked. None when nothing was judged."""
     rows = [r for r in c.rows if r.verdict in ("regressed", "improved", "within tolerance") and r.change_pct is not None]
     rows = sorted(rows, key=lambda r: -abs(r.change_pct))[:most][::-1]
     if not rows:
@@ -238,12 +238,14 @@ def change_plot(c: compare.Comparison, most: int = 30) -> bytes | None:
     colour = {"regressed": "#c62828", "improved": "#2e7d32", "within tolerance": "#90a4ae"}
     fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.6), dpi=110)
     ax.barh(range(len(rows)), worse, color=[colour[r.verdict] for r in rows])
-    ax.set_yticks(range(len(rows)), [r.key.removeprefix("suites/")[-80:] for r in rows], fontsize=7)
-    tol = rows[0].tolerance_pct or 0
-    ax.axvline(tol, color="red", linestyle="--", linewidth=1, label=f"tolerance (+{tol:g} %, worse)")
-    ax.axvline(-tol, color="green", linestyle="--", linewidth=1, label=f"tolerance (-{tol:g} %, better)")
+    ax.set_yticks(range(len(rows)), [compare.short_key(r.key, 80) for r in rows], fontsize=7)
+    ys = [i for i, r in enumerate(rows) if r.tolerance_pct is not None]
+    ax.scatter([rows[i].tolerance_pct for i in ys], ys, marker="|", s=160, color="black", zorder=3,
+               label="the figure's tolerance, worse side (profile)")
+    ax.axvline(0, color="black", linewidth=0.6)
     ax.set_xlabel("change against the baseline, in the figure's worse direction (%)")
-    ax.set_title(f"The {len(rows)} judged figures that moved most: red regressed, green improved, grey within tolerance")
+    fig.suptitle(f"The {len(rows)} judged figures that moved most\n(red regressed, green improved, grey within "
+                 "tolerance or below the smallest change that counts)", fontsize=10)
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
