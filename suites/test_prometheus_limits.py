@@ -49,6 +49,7 @@ import pytest
 
 from fixtures import apimetrics, prom_limits, promslo
 from fixtures.kube import raw_request
+from fixtures.pod_spec import pod_body
 from fixtures.prom_limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
 from fixtures.promclient import duration_s
 from fixtures.run import metadata
@@ -300,8 +301,8 @@ PROBE_RESOURCE = "podtemplates"   # no controller creates them: nothing else lan
 
 
 def probe_template(name, run_id):
-    return {"metadata": metadata(name, run_id),
-            "template": {"spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}}}
+    """A PodTemplate holding the harness's one pod (``fixtures.pod_spec``): stored, never run."""
+    return {"metadata": metadata(name, run_id), "template": {"spec": pod_body(name, run_id)["spec"]}}
 
 
 @pytest.mark.smoke
