@@ -40,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--allow-destructive", action="store_true",
                 help="on a real cluster, also run checks that change shared state (burst load on "
                      "the API server, very large gangs, tainting nodes); they are skipped there otherwise")
+    g.addoption("--as-real-cluster", action="store_true",
+                help="with --kubeconfig: treat the cluster as real hardware even if every node is a kwok "
+                     "node (the self-tests run the real-cluster path of every suite this way)")
     g.addoption("--sweep-leftovers", action="store_true",
                 help="on a real cluster, remove what earlier, dead runs of the harness left (by default "
                      "they are only listed); the embedded cluster is always swept")

@@ -79,10 +79,11 @@ def main(argv: list[str]) -> int:
     profile = common.load(args)
     with common.cluster(args, profile) as c, tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
         config = apf.read_config(c.api)
-        with flooded(c.api, profile, c.run_id, config, Path(work), common.say) as run:
+        with flooded(c.api, profile, c.run_id, config, Path(work), common.say, c.namespaces) as run:
             flood = flood_figures(run, profile)
             figures = plots(run, profile)
-        joins = {m: r.figures() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say).items()}
+        joins = {m: r.figures() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say,
+                                                                   c.namespaces).items()}
         head = common.header(argv, c, profile, "bench.apf")
     result = {
         **head, "overrides": args.overrides,

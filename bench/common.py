@@ -24,13 +24,12 @@ from typing import Iterator
 
 import psutil
 
+from fixtures import access, toolchain
 from fixtures import cluster as backends
-from fixtures import toolchain
 from fixtures.errors import HarnessError
-from fixtures.kube import delete_if_present, is_simulated, load_client, raw_request
-from fixtures.pods import delete_run_pods
+from fixtures.kube import is_simulated, load_client
 from fixtures.profile import Profile, load_profile
-from fixtures.run import metadata, new_run_id
+from fixtures.run import new_run_id
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
 
@@ -76,8 +75,11 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
     run_id, c = run_id or new_run_id(), None
     try:
         if args.kubeconfig:
-            simulated = is_simulated(load_client(args.kubeconfig))   # every node a kwok node
-            c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated)
+            api = load_client(args.kubeconfig)
+            simulated = is_simulated(api)   # every node a kwok node
+            # A bench is load: it works under the destructive manifest, checked like a suite run's.
+            c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated,
+                                          manifest=access.check(api, destructive=True))
         else:
             c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling)
         yield c
@@ -90,16 +92,12 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
 
 @contextlib.contextmanager
 def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
-    """A run-labelled namespace ``cp-<run>-bench-<name>``; its pods deleted (and waited for), then it."""
-    ns = f"cp-{c.run_id[-4:]}-bench-{name}"
-    raw_request(c.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, c.run_id)}).data
+    """A namespace of the run's (created, or claimed from the pool); emptied and given back afterwards."""
+    ns = c.namespaces.take(f"bench-{name}")
     try:
         yield ns
     finally:
-        try:
-            delete_run_pods(c.api, ns, c.run_id, timeout=600)
-        finally:
-            delete_if_present(c.api, f"/api/v1/namespaces/{ns}")
+        c.namespaces.give_back(ns, timeout=600)
 
 
 def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module: str) -> dict:

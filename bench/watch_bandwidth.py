@@ -29,8 +29,6 @@ import psutil
 
 from bench import common
 from fixtures import watch_bandwidth as wb
-from fixtures.kube import delete_if_present, raw_request
-from fixtures.run import metadata
 from fixtures.waiting import WaitTimeout
 from fixtures.watch_report import projection_figure, summary
 from fixtures.watchwire import ENCODINGS
@@ -84,9 +82,7 @@ def main(argv: list[str]) -> int:
     steps = []
     with common.cluster(args, profile) as c:
         apiserver = [c.kwok.pids().get("kube-apiserver")] if c.kwok else []
-        target = wb.own_target(c.run_id)
-        raw_request(c.api, "POST", "/api/v1/namespaces",
-                    body={"metadata": metadata(target.namespace, c.run_id)}).data
+        target = wb.own_target(c.namespaces.take("bench-watch"))
 
         def capacity(svc):
             for w in sweep:
@@ -98,7 +94,7 @@ def main(argv: list[str]) -> int:
         try:
             run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
         finally:
-            delete_if_present(c.api, f"/api/v1/namespaces/{target.namespace}")
+            c.namespaces.give_back(target.namespace, timeout=600)
         head = common.header(argv, c, profile, "bench.watch_bandwidth")
     kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
     result = {

@@ -23,6 +23,14 @@ from fixtures.kube import create_if_absent, raw_request
 from fixtures.run import metadata
 
 SERVICE_ACCOUNT = "clusterproof-load"
+# What the load does, and nothing more: the burst and flood locustfiles (pods) and the well-behaved
+# client beside the flood (fixtures.flood: ConfigMaps and pods). A Role of the namespace, not the
+# built-in ``edit``: RBAC lets the harness grant only what it holds there itself, and it holds no
+# ``bind`` (fixtures/rbac.yaml, clusterproof-pool).
+LOAD_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "delete"]},
+]
 
 
 @dataclass
@@ -33,18 +41,20 @@ class LoadIdentity:
 
 
 def create_load_identity(api: client.ApiClient, namespace: str, run_id: str, directory: Path,
-                         verbs_role: str = "edit", expiration_s: int = 3600) -> LoadIdentity:
-    """ServiceAccount + RoleBinding (to the built-in ``edit`` ClusterRole) in ``namespace``, and a token.
+                         expiration_s: int = 3600) -> LoadIdentity:
+    """ServiceAccount + Role (``LOAD_RULES``) + RoleBinding in ``namespace``, and a short-lived token.
 
-    Everything lives in the run's namespace, so deleting it removes them.
+    Everything lives in the run's namespace and carries its run label, so giving the namespace back
+    removes them.
     """
     ns_path = f"/api/v1/namespaces/{namespace}"
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
     # Created, or kept as an earlier burst in the same namespace made it (same spec).
     create_if_absent(api, f"{ns_path}/serviceaccounts", {"metadata": metadata(SERVICE_ACCOUNT, run_id)})
-    create_if_absent(api, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-                     {"metadata": metadata(f"{SERVICE_ACCOUNT}-{verbs_role}", run_id),
-                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": verbs_role},
+    create_if_absent(api, f"{rbac}/roles", {"metadata": metadata(SERVICE_ACCOUNT, run_id), "rules": LOAD_RULES})
+    create_if_absent(api, f"{rbac}/rolebindings",
+                     {"metadata": metadata(SERVICE_ACCOUNT, run_id),
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT},
                       "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]})
     resp = json.loads(raw_request(api, "POST", f"{ns_path}/serviceaccounts/{SERVICE_ACCOUNT}/token",
                                   body={"apiVersion": "authentication.k8s.io/v1",

@@ -9,7 +9,7 @@ import pytest
 
 from fixtures import admission as adm
 from fixtures import placement as pl
-from fixtures.isolation import parse_team_namespaces
+from fixtures.profile_rules import parse_team_namespaces
 from fixtures.errors import HarnessError
 from fixtures.profile import load_profile
 from fixtures.run import RUN_LABEL
