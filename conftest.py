@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--as-real-cluster", action="store_true",
                 help="with --kubeconfig: treat the cluster as real hardware even if every node is a kwok "
                      "node (the self-tests run the real-cluster path of every suite this way)")
+    g.addoption("--api-calls", default=None, metavar="FILE",
+                help="write every distinct API request of the harness's identity (verb, group, resource, "
+                     "namespace, status codes) to FILE as JSON, for a security review (always in the report)")
     g.addoption("--sweep-leftovers", action="store_true",
                 help="on a real cluster, remove what earlier, dead runs of the harness left (by default "
                      "they are only listed); the embedded cluster is always swept")

@@ -30,6 +30,7 @@ import time
 import allure
 import pytest
 
+from fixtures.node_plan import node_plan
 from fixtures import gangs as g
 from fixtures.gang_backends import probe_once
 from fixtures.waiting import wait_for
@@ -180,7 +181,9 @@ NATIVE_SCALE = pytest.mark.xfail(
 @pytest.mark.smoke
 @pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
 def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request):
-    """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight.
+    """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight (simulated), or over
+    the shared pool (real hardware: a guest's pods never tolerate a team's taint -- the team nodes are the
+    teams', and the cluster's admission may refuse such pods).
 
     Admission latency (last pod created -> all bound) is the figure; it is
     reported, not asserted (the bound is ``gang_scale_timeout_s``).
@@ -188,17 +191,21 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
     if backend.name == "native" and size > NATIVE_SCALE_LIMIT:
         request.applymarker(NATIVE_SCALE)
-    usable = g.usable_nodes(api, profile.pool_label, ("preflight",), gpus, free_only=False)
+    if cluster.simulated:
+        exclude, where = ("preflight",), "shared and team pools"
+        place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists", "effect": "NoSchedule"},))
+    else:
+        exclude, where = tuple(p.name for p in node_plan(profile) if p.name != "shared"), "the shared pool"
+        place = g.Placement({profile.pool_label: "shared"})
+    usable = g.usable_nodes(api, profile.pool_label, exclude, gpus, free_only=False)
     if size > usable:
         pytest.fail(f"clusterproof: gang_scale_size={size} is larger than the {usable} nodes "
-                    f"a whole-node gang can use (shared and team pools): lower gang_scale_size or "
+                    f"a whole-node gang can use ({where}): lower gang_scale_size or "
                     f"raise nodes", pytrace=False)
     # Pods of earlier tests leave with their namespaces, in the background.
-    wait_for(lambda: g.usable_nodes(api, profile.pool_label, ("preflight",), gpus),
+    wait_for(lambda: g.usable_nodes(api, profile.pool_label, exclude, gpus),
              until=lambda free: free >= size, timeout=180, interval=2,
              what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
-    place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists",
-                              "effect": "NoSchedule"},))
     probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
     [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,
                            timeout_s=profile.gang_scale_timeout_s)

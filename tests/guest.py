@@ -1,0 +1,89 @@
+"""The SRE's side of a guest run, done on the self-tests' embedded cluster as an admin would.
+
+Why a module: the permission self-tests need a cluster set up exactly as a
+security team would set up a real one -- the shipped manifests applied, a
+token for the ``clusterproof`` ServiceAccount, team namespaces of the
+cluster's own (labelled, bound to ``clusterproof-team``) and the cluster's
+own team admission -- and nothing more. Everything here is done with the
+session's admin identity; the run under test then uses only the token.
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from fixtures import access
+from fixtures import admission as adm
+from fixtures.isolation import PRIORITY_CLASSES
+from fixtures.kube import create_if_absent, delete_if_present, raw_request
+from fixtures.run import metadata
+
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def kubeconfig_for(api, directory: Path, namespace: str = access.HOME, name: str = access.SERVICE_ACCOUNT,
+                   expiration_s: int = 7200) -> tuple[Path, str]:
+    """A kubeconfig (0600) holding a fresh token of ServiceAccount ``namespace/name``; (path, token)."""
+    token = json.loads(raw_request(api, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                   body={"spec": {"expirationSeconds": expiration_s}}).data)["status"]["token"]
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
+           "clusters": [{"name": "c", "cluster": {"server": api.configuration.host,
+                                                  "certificate-authority": api.configuration.ssl_ca_cert}}],
+           "users": [{"name": "sa", "user": {"token": token}}],
+           "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}]}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.kubeconfig"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(yaml.safe_dump(cfg))
+    return path, token
+
+
+@contextmanager
+def applied(api, docs: list[dict]):
+    """``docs`` created (what was already there is kept), and what was created here removed afterwards."""
+    made = []
+    try:
+        for path, doc in access.object_paths(docs):
+            if create_if_absent(api, path, doc):
+                made.append(f"{path}/{doc['metadata']['name']}")
+        yield
+    finally:
+        for path in reversed(made):
+            delete_if_present(api, path)
+
+
+@contextmanager
+def team_namespaces(api, profile, sre: str):
+    """The cluster's own team namespaces (labelled with the team), the harness's team RoleBindings in them,
+    the cluster's own team admission and low-priority class: {team: namespace}.
+
+    The admission acts where the harness's pods go (the team namespaces and the pool), as a cluster's
+    own admission acts on every tenant namespace."""
+    rules = adm.TeamRules.from_profile(profile)
+    names = {team: f"team-{team}-{sre}"[:63] for team in profile.teams}
+    docs = [{"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": ns, "labels": {rules.namespace_label: team}}} for team, ns in names.items()]
+    docs += access.team_bindings(list(names.values()))
+    with applied(api, docs):
+        admission = adm.install_admission(api, rules, sre, "harness",
+                                          (*names.values(), *access.pool_namespaces(api)))
+        pc = create_if_absent(api, PRIORITY_CLASSES, {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": metadata(profile.low_priority_class, sre), "value": profile.low_priority_value,
+            "preemptionPolicy": "Never", "description": "the cluster's own low priority (clusterproof self-test)"})
+        try:
+            yield names
+        finally:
+            admission.remove(api)
+            if pc:
+                delete_if_present(api, f"{PRIORITY_CLASSES}/{profile.low_priority_class}")
+
+
+def team_setting(names: dict[str, str]) -> str:
+    """``--set`` value naming the team namespaces."""
+    return "team_namespaces=" + ",".join(f"{team}={ns}" for team, ns in names.items())
