@@ -25,7 +25,7 @@ from typing import Iterator
 import psutil
 
 from fixtures import cluster as backends
-from fixtures import toolchain
+from fixtures import redact, toolchain
 from fixtures.errors import HarnessError
 from fixtures.kube import delete_if_present, is_simulated, load_client, raw_request
 from fixtures.pods import delete_run_pods
@@ -105,7 +105,7 @@ def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
 def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module: str) -> dict:
     """How the figures were made: command, date, machine (and its load), cluster."""
     out = {
-        "command": f"python -m {module} " + " ".join(argv),
+        "command": redact.text(f"python -m {module} " + " ".join(argv)),   # a URL's user:pass@ never kept
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
                     "platform": platform.platform(), "python": platform.python_version(),
