@@ -26,6 +26,7 @@ import psutil
 
 from fixtures import access, toolchain
 from fixtures import cluster as backends
+from fixtures import redact
 from fixtures.errors import HarnessError
 from fixtures.kube import is_simulated, load_client
 from fixtures.profile import Profile, load_profile
@@ -103,7 +104,7 @@ def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
 def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module: str) -> dict:
     """How the figures were made: command, date, machine (and its load), cluster."""
     out = {
-        "command": f"python -m {module} " + " ".join(argv),
+        "command": redact.text(f"python -m {module} " + " ".join(argv)),   # a URL's user:pass@ never kept
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
                     "platform": platform.platform(), "python": platform.python_version(),

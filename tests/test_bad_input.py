@@ -17,10 +17,10 @@ pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
 
 
-def _kubeconfig(tmp_path, server="https://127.0.0.1:1", contexts=("only",)):
+def _kubeconfig(tmp_path, server="https://127.0.0.1:1", contexts=("only",), cluster=None, user=None):
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": contexts[0],
-           "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-           "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+           "clusters": [{"name": "c", "cluster": cluster or {"server": server, "insecure-skip-tls-verify": True}}],
+           "users": [{"name": "u", "user": {"token": "not-a-real-token", **(user or {})}}],
            "contexts": [{"name": n, "context": {"cluster": "c", "user": "u"}} for n in contexts]}
     p = tmp_path / "kubeconfig"
     p.write_text(yaml.safe_dump(cfg))
@@ -31,6 +31,10 @@ def _assert_one_line_error(run, expected: str):
     assert_one_line(run, expected)
     assert "not-a-real-token" not in run.output
 
+
+# Not base64: decoders skip "-" and "!", which leaves 13 characters -- no whole number of bytes. It is
+# also the "token" _assert_one_line_error looks for: the value must never be printed.
+BAD_BASE64 = "not-a-real-token!"
 
 CASES = [
     pytest.param(lambda t: ["--kubeconfig", str(t / "nope")], "does not exist", id="missing-kubeconfig"),
@@ -44,12 +48,30 @@ CASES = [
     pytest.param(lambda t: ["--set", "nodes=many"], "nodes must be int", id="bad-override"),
     pytest.param(lambda t: ["--set", "teams=a,b,c,d", "--set", "nodes=2"], "would get no nodes",
                  id="team-without-nodes"),
+    # A *-data field that is not base64 (the value, which may be a private key, is never shown).
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, cluster={
+        "server": "https://127.0.0.1:1", "certificate-authority-data": BAD_BASE64}))],
+        "certificate-authority-data of cluster 'c' is not valid base64", id="ca-data-not-base64"),
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, user={"client-certificate-data": BAD_BASE64}))],
+                 "client-certificate-data of user 'u' is not valid base64", id="client-cert-data-not-base64"),
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, user={"client-key-data": BAD_BASE64}))],
+                 "client-key-data of user 'u' is not valid base64", id="client-key-data-not-base64"),
+    pytest.param(lambda t: ["--profile", str(_latin1_profile(t))], "is not UTF-8 text", id="profile-not-utf8"),
+    # Credentials in the kubeconfig's server URL are masked in the line that names the server.
+    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, server="https://admin:not-a-real-token@127.0.0.1:1"))],
+                 "cannot reach the API server at https://***@127.0.0.1:1", id="server-url-with-credentials"),
 ]
 
 
 def _garbage(t):
     p = t / "garbage"
     p.write_text("{{{ this is : not : yaml")
+    return p
+
+
+def _latin1_profile(t):
+    p = t / "latin1.yaml"
+    p.write_bytes("# Équipe réseau\nnodes: 100\n".encode("latin-1"))
     return p
 
 

@@ -6,16 +6,24 @@ next run's sweeper must remove its cluster and processes.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
-from fixtures.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
+from fixtures import preflight, toolchain
+from fixtures.errors import HarnessError
+from fixtures.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
+from fixtures.processes import clear_pid_files, owner_alive, this_host
+from fixtures.promserver import runs_root, sweep_runs
 from fixtures.waiting import wait_for
 from tests.harness import ROOT
 
@@ -99,11 +107,27 @@ def test_a_second_interrupt_during_teardown_does_not_abort_it(running_run):
              what="every control-plane process gone after repeated interrupts")
 
 
+def _dead_owner() -> dict:
+    """An owner record of this host whose process has ended (a run killed with SIGKILL)."""
+    p = subprocess.Popen(["true"])
+    started = psutil.Process(p.pid).create_time() if psutil.pid_exists(p.pid) else time.time()
+    p.wait()
+    return {"host": this_host(), "pid": p.pid, "started": started}
+
+
 @pytest.fixture
 def fake_cluster_dir(tmp_path, monkeypatch):
-    """A cluster directory whose pid files name three processes: one of its own, one that merely
-    shares a component's name, and one whose pid file is older than the process (a recycled pid)."""
+    """A cluster directory that the real kwokctl can delete (a ``kwok.yaml`` declaring its components,
+    binary runtime), whose pid files name four live processes: one of its own, one that merely shares a
+    component's name, one whose pid file is older than the process (a recycled pid), and an unrelated
+    ``sleep`` (the stale file of a run killed long ago, its pid since given to someone else).
+
+    kwokctl v0.8.0 SIGKILLs every pid its component pid files hold: without the harness's own checks
+    all but the first would die (``test_kwokctl_alone_kills_whatever_a_stale_pid_file_names``)."""
+    real_bin = toolchain.ensure(toolchain.KWOK).directory.parent
     monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "bin").symlink_to(real_bin)   # kwokctl itself, so delete() runs it
     kc = KwokCluster(f"{NAME_PREFIX}fake-{os.urandom(2).hex()}", 1, 40)
     (kc.directory / "pids").mkdir(parents=True)
     sleeper = "import sys, time; time.sleep(300)"
@@ -111,12 +135,19 @@ def fake_cluster_dir(tmp_path, monkeypatch):
         "own": subprocess.Popen([sys.executable, "-c", sleeper, str(kc.directory)]),
         "namesake": subprocess.Popen([sys.executable, "-c", sleeper, "etcd", "--data-dir=/elsewhere"]),
         "recycled": subprocess.Popen([sys.executable, "-c", sleeper, str(kc.directory)]),
+        "stranger": subprocess.Popen(["sleep", "300"]),
     }
-    files = {"own": "kube-apiserver", "namesake": "etcd", "recycled": "kube-scheduler"}
+    files = {"own": "kube-apiserver", "namesake": "etcd", "recycled": "kube-scheduler",
+             "stranger": "kube-controller-manager"}
     for who, component in files.items():
         (kc.directory / "pids" / f"{component}.pid").write_text(str(procs[who].pid))
     old = time.time() - 3600   # written an hour before the process started: not its pid file
     os.utime(kc.directory / "pids" / "kube-scheduler.pid", (old, old))
+    (kc.directory / "kwok.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+        "options": {"runtime": "binary"},
+        "components": [{"name": c, "binary": f"/nonexistent/{c}", "workDir": str(kc.directory)}
+                       for c in files.values()]}))
     try:
         yield kc, procs
     finally:
@@ -125,13 +156,88 @@ def fake_cluster_dir(tmp_path, monkeypatch):
             p.wait()
 
 
-def test_teardown_kills_only_the_clusters_own_processes(fake_cluster_dir):
-    kc, procs = fake_cluster_dir
-    kc.delete()
+def _own_killed_and_no_other(kc, procs) -> None:
     wait_for(lambda: procs["own"].poll(), until=lambda rc: rc is not None, timeout=10, interval=0.1,
              what="the cluster's own process killed")
     assert procs["namesake"].poll() is None, "a process that only shares a component's name was killed"
     assert procs["recycled"].poll() is None, "a process younger than its pid file (recycled pid) was killed"
+    assert procs["stranger"].poll() is None, "an unrelated process named by a stale pid file was killed"
+    assert not kc.directory.exists(), f"{kc.directory} left behind"
+
+
+def test_teardown_kills_only_the_clusters_own_processes(fake_cluster_dir):
+    kc, procs = fake_cluster_dir
+    kc.delete()
+    _own_killed_and_no_other(kc, procs)
+
+
+@pytest.mark.parametrize("path", ["sweep", "sweep-all"])
+def test_a_stale_pid_file_never_gets_an_unrelated_process_killed(path, fake_cluster_dir):
+    """The cluster of a run killed long ago, deleted by the next run's sweeper or by ``make
+    clean-clusters`` (``python -m fixtures.kwok --sweep-all``): kwokctl runs, and only the cluster's
+    own process dies."""
+    kc, procs = fake_cluster_dir
+    (kc.directory / OWNER_FILE).write_text(json.dumps(_dead_owner()))
+    if path == "sweep":
+        assert kc.name in sweep_clusters()
+    else:
+        out = subprocess.run([sys.executable, "-m", "fixtures.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and f"deleted {kc.name}" in out.stdout, out.stdout + out.stderr
+    _own_killed_and_no_other(kc, procs)
+
+
+def test_kwokctl_alone_kills_whatever_a_stale_pid_file_names(fake_cluster_dir):
+    """The negative control: the same directory given to kwokctl without the harness's checks --
+    every process its pid files name is SIGKILLed, the unrelated ``sleep`` too. (This is why the
+    tests above can fail.)"""
+    kc, procs = fake_cluster_dir
+    kwokctl("delete", "cluster", "--name", kc.name, "--kubeconfig", str(kc.user_kubeconfig), timeout=120)
+    wait_for(lambda: [who for who, p in procs.items() if p.poll() is None], until=lambda alive: not alive,
+             timeout=10, interval=0.1, what="kwokctl alone killed every process a pid file names")
+
+
+def test_the_supervisor_clears_only_pid_files_that_are_not_the_clusters_own(fake_cluster_dir):
+    """Before ``kwokctl start cluster`` (which skips a component whose pid file names any live pid):
+    the own process's file stays, a paused component's stays, every other goes; nobody is signalled."""
+    kc, procs = fake_cluster_dir
+    removed = clear_pid_files(kc.directory, keep_owned=True, keep={"etcd"})
+    assert sorted(removed) == ["kube-controller-manager", "kube-scheduler"]
+    assert sorted(f.stem for f in (kc.directory / "pids").glob("*.pid")) == ["etcd", "kube-apiserver"]
+    assert all(p.poll() is None for p in procs.values())
+
+
+@pytest.mark.parametrize("what", ["embedded-cluster", "prometheus-directory", "preflight-workdir"])
+def test_an_owner_recorded_on_another_host_is_never_judged_dead_here(what, fake_cluster_dir, monkeypatch):
+    """A cache shared by machines (an NFS home): a directory whose run was recorded on another host
+    is never swept from this one -- its pids mean nothing here -- and the sweep says so."""
+    kc, procs = fake_cluster_dir
+    owner = {**_dead_owner(), "host": "elsewhere.example"}
+    said = []
+    if what == "embedded-cluster":
+        (kc.directory / OWNER_FILE).write_text(json.dumps(owner))
+        (kc.directory / "keep").touch()   # even --sweep-all, which deletes kept clusters, leaves it
+        assert kc.name not in sweep_clusters(say=said.append)
+        out = subprocess.run([sys.executable, "-m", "fixtures.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        said.append(out.stdout)
+        with pytest.raises(HarnessError, match="elsewhere.example"):
+            kc.delete()
+        assert kc.directory.exists() and all(p.poll() is None for p in procs.values())
+    elif what == "prometheus-directory":
+        d = runs_root() / "cp-elsewhere"
+        d.mkdir(parents=True)
+        (d / "clusterproof-owner.json").write_text(json.dumps(owner))
+        (d / "apiserver.token").write_text("x")
+        assert "cp-elsewhere" not in sweep_runs(say=said.append) and d.exists()
+    else:
+        monkeypatch.setattr(tempfile, "tempdir", str(kc.directory.parent))
+        d = Path(tempfile.mkdtemp(prefix=f"{preflight.WORKDIR_PREFIX}elsewhere-"))
+        (d / "owner.json").write_text(json.dumps(owner))
+        assert not preflight.sweep_workdirs(say=said.append) and d.exists()
+    assert said and all("recorded on host elsewhere.example" in line for line in said), said
+    # The same record from this host, its process gone: swept (so the check above can fail).
+    assert not owner_alive({**owner, "host": this_host()})
 
 
 def test_an_interrupted_locust_run_leaves_no_locust_process(tmp_path):

@@ -2,11 +2,14 @@
 
 No cluster is needed (the check runs at configure time). The endpoints that
 are not a Prometheus are tiny local HTTP servers (a web page, one that
-wants credentials); the bearer token given must never be printed.
+wants credentials); the bearer token given must never be printed, nor the
+password of a URL that carries one (``http://user:pass@...``): not on the
+terminal, not in the junit XML, not in any Allure result file.
 """
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 
 import pytest
@@ -54,6 +57,43 @@ def _token(tmp_path) -> str:
     p = tmp_path / "token"
     p.write_text(SECRET)
     return str(p)
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_nowhere(secret: str, run, tmp_path) -> None:
+    """``secret`` is in neither the run's output nor any file it wrote (junit XML, Allure results)."""
+    assert secret not in run.output, run.output[-2000:]
+    files = [f for f in tmp_path.rglob("*") if f.is_file() and f.name not in ("token",)]
+    leaked = [str(f) for f in files if secret.encode() in f.read_bytes()]
+    assert not leaked, f"{secret!r} written to {leaked}"
+
+
+@pytest.mark.parametrize("url,expected", [
+    pytest.param("http://[::1", "does not parse as a URL (Invalid IPv6 URL)", id="unclosed-ipv6"),
+    pytest.param("ftp://x", "has scheme 'ftp', not http or https", id="not-http"),
+    pytest.param("not a url", "has no scheme, not http or https", id="not-a-url"),
+    pytest.param("http://127.0.0.1:99999", "does not parse as a URL (Port out of range", id="bad-port"),
+    pytest.param("http://user:not-a-real-token@[::1", "'http://***@[::1' does not parse as a URL",
+                 id="unparseable-with-credentials"),
+])
+def test_a_prometheus_url_that_does_not_parse(url, expected, tmp_path):
+    run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
+    _assert_one_line_error(run, expected)
+    assert "e.g. http://prometheus:9090" in run.output
+    assert_nowhere(SECRET, run, tmp_path)
+
+
+def test_the_password_of_an_unreachable_prometheus_url_is_never_shown(tmp_path):
+    port = _closed_port()
+    run = run_pytest([SUITE, "--prometheus-url", f"http://user:{SECRET}@127.0.0.1:{port}"], tmp_path, timeout=120)
+    _assert_one_line_error(run, f"cannot reach Prometheus at http://127.0.0.1:{port}")
+    assert_nowhere(SECRET, run, tmp_path)
 
 
 def test_unreachable_prometheus_url(tmp_path):

@@ -3,6 +3,11 @@
 actionlint (built from the module proxy, fixtures.toolchain.ACTIONLINT) checks
 .github/workflows/nightly.yml -- expressions, inputs, action inputs, cron,
 permissions -- and must catch a broken copy of it (the negative control).
+Two rules of this project's own that actionlint does not know (it treats
+workflow_dispatch inputs as trusted) are checked here, with broken copies
+too: no ``${{ }}`` inside a ``run:`` script (inputs and secrets reach scripts
+only through ``env:``), and both GitHub Pages steps require .ci/nightly's
+``pages`` decision (a real cluster's report is published only on opt-in).
 .ci/nightly is exercised with ``make`` replaced by a recorder on PATH: which
 arguments reach the main job (baseline, kubeconfig), that the history is
 carried over, and that the report is built and the main job's status kept
@@ -17,12 +22,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fixtures import toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+# What .ci/nightly reads from its environment: only what a test gives it (not this machine's).
+NIGHTLY_ENV = ("PROFILE", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT")
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +63,66 @@ def test_actionlint_catches_a_broken_copy_of_the_workflow(actionlint, tmp_path, 
     assert run.returncode != 0 and expected in run.stdout, run.stdout + run.stderr
 
 
+PAGES_STEP_GATE = "steps.nightly.outputs.pages == 'true'"
+PAGES_JOB_GATE = "needs.nightly.outputs.pages == 'true'"
+
+
+def guest_rule_problems(text: str) -> list[str]:
+    """What breaks the project's two workflow rules (module doc) in a workflow's text."""
+    doc = yaml.safe_load(text)
+    problems = []
+    for job_name, job in (doc.get("jobs") or {}).items():
+        for i, step in enumerate(job.get("steps") or []):
+            where = f"job {job_name}, step {step.get('name') or step.get('id') or i}"
+            if "${{" in str(step.get("run", "")):
+                problems.append(f"{where}: an expression inside run: (pass the value through env:)")
+            uses = str(step.get("uses", ""))
+            if uses.startswith("actions/upload-pages-artifact@") and PAGES_STEP_GATE not in str(step.get("if", "")):
+                problems.append(f"{where}: uploads for Pages without {PAGES_STEP_GATE}")
+            if uses.startswith("actions/deploy-pages@") and PAGES_JOB_GATE not in str(job.get("if", "")):
+                problems.append(f"job {job_name}: deploys to Pages without {PAGES_JOB_GATE}")
+    if "${{ steps.nightly.outputs.pages }}" not in str((doc["jobs"]["nightly"].get("outputs") or {}).get("pages")):
+        problems.append("job nightly does not pass on .ci/nightly's pages decision (outputs.pages)")
+    return problems
+
+
+def test_the_nightly_workflow_keeps_secrets_out_of_scripts_and_real_cluster_reports_off_pages():
+    assert guest_rule_problems(WORKFLOW.read_text()) == []
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ('echo "::error::secret $KUBECONFIG_SECRET_NAME is empty',
+     'echo "::error::secret ${{ inputs.kubeconfig_secret }} is empty', "an expression inside run:"),
+    ("run: .ci/nightly", "run: PUBLISH=${{ secrets.PAGES_TOKEN }} .ci/nightly", "an expression inside run:"),
+    ("if: always() && steps.nightly.outputs.pages == 'true' && hashFiles(", "if: always() && hashFiles(",
+     "uploads for Pages without"),
+    ("always() && needs.nightly.outputs.pages == 'true' &&", "always() &&", "deploys to Pages without"),
+], ids=["input-in-run", "secret-in-run", "real-report-uploaded-for-pages", "real-report-deployed"])
+def test_a_copy_that_leaks_a_secret_or_publishes_a_real_cluster_report_is_caught(old, new, expected):
+    text = WORKFLOW.read_text()
+    assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
+    problems = guest_rule_problems(text.replace(old, new, 1))
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("env,pages", [
+    pytest.param({}, "true", id="embedded"),
+    pytest.param({"KUBECONFIG_FILE": "/tmp/kc"}, "false", id="existing-cluster"),
+    pytest.param({"KUBECONFIG_FILE": "/tmp/kc", "PUBLISH_REAL_CLUSTER_REPORT": "false"}, "false",
+                 id="existing-cluster-not-opted-in"),
+    pytest.param({"KUBECONFIG_FILE": "/tmp/kc", "PUBLISH_REAL_CLUSTER_REPORT": "true"}, "true",
+                 id="existing-cluster-opted-in"),
+])
+def test_the_nightly_script_publishes_a_real_clusters_report_only_on_opt_in(tmp_path, env, pages):
+    """.ci/nightly decides before the main job runs; a main job that fails (or never ends) cannot
+    change that decision."""
+    out = tmp_path / "github_output"
+    status, calls, _ = _nightly(tmp_path, {"run": 2}, PREVIOUS=str(tmp_path / "none"), GITHUB_OUTPUT=str(out),
+                                **env)
+    assert status == 2 and calls[0][0] == "run"
+    assert out.read_text().splitlines() == [f"pages={pages}"]
+
+
 def _nightly(tmp_path: Path, make_status: dict[str, int], **env: str) -> tuple[int, list[list[str]], Path]:
     """.ci/nightly in a copy of the repository's script, with ``make`` recording its arguments."""
     repo = tmp_path / "repo"
@@ -69,7 +137,8 @@ def _nightly(tmp_path: Path, make_status: dict[str, int], **env: str) -> tuple[i
         f"case \"$1\" in run) exit {make_status.get('run', 0)};; report) exit {make_status.get('report', 0)};; esac\n")
     (bin_dir / "make").chmod(0o755)
     proc = subprocess.run([str(repo / ".ci" / "nightly")], cwd=repo, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+                          env={**{k: v for k, v in os.environ.items() if k not in NIGHTLY_ENV},
+                               "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc.returncode, calls, repo
 
