@@ -33,6 +33,8 @@ from fixtures import liveness
 from fixtures.kube import delete_if_present, get_if_present, raw_request
 from fixtures.liveness import LEASES, LIVENESS_EXIT, MICRO, RunLease, run_states, wait_expired
 from fixtures.run import metadata
+from fixtures.session import LivenessGuard, LivenessLost
+from fixtures.stash import CLUSTER
 from fixtures.waiting import wait_for
 from tests.harness import background_pytest, ended_early, junit_verdicts, run_leftovers
 
@@ -268,6 +270,31 @@ def test_failures_end_a_renewing_lease_at_half_its_duration_from_its_own_threads
         lease.abandon()
 
 
+def test_the_session_starts_no_check_once_the_lease_is_found_expired(by_hand):
+    """The session's guard before a check (``pytest_runtest_setup``): the Lease read on the server's
+    clock is expired (the renewal thread has not had its turn yet, as right after SIGCONT), so the
+    check fails with the line before any of its fixtures runs; its report carries the line alone,
+    and the session ends with exit 7."""
+    guard = LivenessGuard(types.SimpleNamespace(stash={CLUSTER: types.SimpleNamespace(lease=by_hand.lease)}))
+    by_hand.lease.on_lost = guard.lost
+    alive = guard.pytest_runtest_setup(item=None)
+    next(alive)                            # alive: the check's set-up goes on
+    alive.close()
+    by_hand.server.shift += 3601
+    with pytest.raises(LivenessLost) as lost:
+        next(guard.pytest_runtest_setup(item=None))
+    assert str(lost.value) == by_hand.lease.lost and "found expired" in str(lost.value)
+    report = types.SimpleNamespace(longrepr="a long traceback")
+    wrap = guard.pytest_runtest_makereport(item=None, call=types.SimpleNamespace(excinfo=lost))
+    next(wrap)
+    with pytest.raises(StopIteration) as done:
+        wrap.send(report)
+    assert done.value.value.longrepr == by_hand.lease.lost
+    session = types.SimpleNamespace(shouldfail=False, exitstatus=1)
+    guard.pytest_sessionfinish(session)
+    assert session.exitstatus == LIVENESS_EXIT and session.shouldfail == by_hand.lease.lost
+
+
 # --- a deleted Lease -------------------------------------------------------------------------------
 
 def test_a_deleted_lease_is_recreated_within_its_duration(by_hand):
@@ -378,6 +405,7 @@ class FakeRun:
 
     def finish(self, timeout: float = 180):
         out, _ = self.proc.communicate(timeout=timeout)
+        (self.dir / "output.txt").write_text(out)     # what the user saw, for whoever reads a failure
         failures, passed = junit_verdicts(self.dir / "junit.xml")
         return self.proc.returncode, out, failures, passed
 
@@ -467,7 +495,7 @@ def test_a_run_whose_lease_renewals_are_refused_stops_with_the_liveness_line(clu
             rc, out, failures, passed = run.finish()
             took = time.monotonic() - t0
         line = _assert_stopped_with_the_line(cluster, run, rc, out, failures, passed,
-                                             "longer than half its duration (10 s)", "is denied")
+                                             "longer than half its duration (10 s)", "denied request")
         assert "test_a_check_that_waits_for_the_self_test" in failures, failures
         # Lost within half the duration of the denial's start, plus one renewal period; not the 120 s wait.
         assert took < 60, f"the run took {took:.0f} s to stop after its renewals were denied: {line}"
@@ -482,7 +510,7 @@ def test_a_run_whose_lease_is_deleted_and_cannot_be_recreated_stops_with_the_liv
             assert delete_if_present(cluster.api, run.lease_path)
             rc, out, failures, passed = run.finish()
         _assert_stopped_with_the_line(cluster, run, rc, out, failures, passed, "was deleted",
-                                      "recreating it has failed", "is denied")
+                                      "recreating it has failed", "denied request")
         assert "test_a_check_that_waits_for_the_self_test" in failures, failures
 
 
