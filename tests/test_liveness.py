@@ -147,7 +147,8 @@ def by_hand():
     (one renewal), ``check`` (the session's read before a check) and ``_past_deadline`` (the
     watchdog)."""
     server, clock, lost = FakeServer(PAST), HandClock(), []
-    lease = RunLease(None, "unit", duration_s=3600, on_lost=lost.append, request=server, clock=clock).acquire()
+    lease = RunLease(None, "unit", duration_s=3600, on_lost=lost.append, no_lease_grace_s=24 * 3600,
+                     request=server, clock=clock).acquire()
     try:
         yield types.SimpleNamespace(server=server, clock=clock, lease=lease, lost=lost)
     finally:
@@ -321,16 +322,22 @@ def test_a_deleted_lease_past_its_duration_is_not_recreated(by_hand):
     assert not by_hand.server.leases, "a Lease that a sweeper may have judged dead was recreated"
 
 
-def test_a_deleted_lease_of_a_run_older_than_sweep_after_hours_is_not_recreated():
+@pytest.mark.parametrize("grace,age,why", [
+    pytest.param(60, 120, "a sweeper takes the objects of a run without a Lease once they are 60 s old",
+                 id="older-than-sweep_after_hours"),
+    pytest.param(0, 0, "a sweeper takes the objects of a run without a Lease at once", id="no-grace")])
+def test_a_deleted_lease_of_a_run_a_sweeper_may_already_have_taken_is_not_recreated(grace, age, why):
+    """While the Lease is missing a sweeper sees a run without a Lease: it is recreated only if no object
+    of the run is old enough for that sweeper to take (never, for one that takes such runs at once)."""
     server, lost = FakeServer(PAST), []
-    lease = RunLease(None, "unit", duration_s=3600, on_lost=lost.append, orphan_after_s=60,
+    lease = RunLease(None, "unit", duration_s=3600, on_lost=lost.append, no_lease_grace_s=grace,
                      request=server, clock=HandClock()).acquire()
     try:
-        server.shift += 120
-        lease._attempt()                  # a renewal 120 s in: the run is older than 60 s now
+        server.shift += age
+        lease._attempt()                  # a renewal: the Lease is alive; only the run's age counts
         server.leases.clear()
         lease._attempt()
-        assert lease.lost and "more than sweep_after_hours" in lease.lost, lease.lost
+        assert lease.lost and "was deleted" in lease.lost and why in lease.lost, lease.lost
         assert not server.leases
     finally:
         lease.abandon()
