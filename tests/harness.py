@@ -37,6 +37,11 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
            f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, *junit_verdicts(junit))
+
+
+def junit_verdicts(junit: Path) -> tuple[dict[str, str], list[str]]:
+    """From a run's junit XML: {test: failure message} and the tests that passed."""
     failures, passed = {}, []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -46,13 +51,14 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
                 failures[name] = bad.get("message", "") + "\n" + (bad.text or "")
             elif case.find("skipped") is None:
                 passed.append(name)
-    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, failures, passed)
+    return failures, passed
 
 
 @contextmanager
-def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False):
+def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False, env: dict | None = None):
     """A pytest run in the background (to be interrupted or killed); output on ``proc.stdout``.
     Killed on leaving the block if still running (its process group when ``new_session``).
+    ``env`` overrides variables for the child only, as in ``run_pytest``.
 
     SIGINT goes back to its default in the child: a parent started in the
     background without job control (nohup ... &, some CI runners) passes it
@@ -61,7 +67,7 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
            f"--summary={tmp_path / 'summary.json'}", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=new_session,
+                            start_new_session=new_session, env={**os.environ, **(env or {})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         yield proc
