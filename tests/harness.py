@@ -114,18 +114,37 @@ def allure_results(tmp_path: Path) -> dict[str, dict]:
     return out
 
 
+# Cluster-scoped kinds a run may create (and events about nodes, which live in "default"), looked at by
+# run label; an API the cluster does not serve is skipped.
+RUN_KINDS = (
+    "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicybindings",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicies",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "/api/v1/namespaces/default/events",
+    "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+    "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+)
+
+
 def run_leftovers(api, run_id: str) -> list[str]:
-    """Everything the run ``run_id`` has on the cluster: namespaces, pods, the cluster-scoped
-    kinds a run creates, scratch nodes, and taint records on nodes it borrowed."""
+    """Everything the run ``run_id`` has on the cluster: namespaces and pods with its label (a pool
+    namespace's contents too), the cluster-scoped kinds a run creates, scratch nodes, taint records on
+    nodes it borrowed, and its Lease, owner record and claims in the home namespace."""
+    from fixtures.access import HOME
     from fixtures.kube import get_if_present, list_raw
     from fixtures.node_taints import added_taints_key
     from fixtures.run import RUN_LABEL, SCRATCH_LABEL
-    from fixtures.sweep import CLUSTER_SCOPED
     sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
     left = [f"namespace {n['metadata']['name']}" for n in list_raw(api, "/api/v1/namespaces", sel)["items"]]
     left += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}"
              for p in list_raw(api, "/api/v1/pods", sel)["items"]]
-    for path in CLUSTER_SCOPED:
+    for path in RUN_KINDS + (f"/apis/coordination.k8s.io/v1/namespaces/{HOME}/leases",
+                             f"/api/v1/namespaces/{HOME}/configmaps"):
         left += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
                  for o in (get_if_present(api, path, sel) or {}).get("items", [])]
     for n in list_raw(api, "/api/v1/nodes")["items"]:

@@ -34,7 +34,7 @@ import pytest
 
 from fixtures.kube import get_if_present
 from fixtures.liveness import wait_expired
-from fixtures.overload import flow_name
+from fixtures.overload import FLOW_NAME
 from fixtures.waiting import wait_for
 from tests.harness import (allure_results, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
@@ -93,7 +93,7 @@ def test_flood_in_the_exempt_level_fails_the_protection_checks(cluster, profile,
              WELL_BEHAVED: "the well-behaved client (service-accounts -> workload-low)"}
     for test, flow in flows.items():
         msg = run.failures[test]
-        assert f"{flow} was not protected from the flood: the flood's FlowSchema {flow_name(rid)} sends" in msg, msg
+        assert f"{flow} was not protected from the flood: the flood's FlowSchema {FLOW_NAME} sends" in msg, msg
         assert "to PriorityLevel exempt, which is exempt (never queued or rejected)" in msg, msg
     assert "the flood was not shed" in run.failures[SHED] and "PriorityLevel exempt (Exempt" in run.failures[SHED]
     _assert_nothing_left(cluster, rid)
@@ -108,7 +108,7 @@ def test_deep_queues_that_never_reject_fail_the_shed_check(cluster, profile, tmp
     assert run.returncode == 1, run.output[-3000:]
     assert set(run.failures) == {SHED}, run.output[-3000:]
     msg = run.failures[SHED]
-    assert "the flood was not shed" in msg and f"got no 429 in PriorityLevel {flow_name(rid)} (Limited" in msg, msg
+    assert "the flood was not shed" in msg and f"got no 429 in PriorityLevel {FLOW_NAME} (Limited" in msg, msg
     assert LOSE_NOTHING in run.passed
     _assert_nothing_left(cluster, rid)
 
@@ -232,7 +232,7 @@ def test_unknown_apf_objects_end_the_run_with_one_line(cluster, profile, setting
 # --- nothing is left behind --------------------------------------------------------------------
 
 def _flow_exists(cluster, rid: str) -> bool:
-    return get_if_present(cluster.api, f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{flow_name(rid)}") is not None
+    return get_if_present(cluster.api, f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{FLOW_NAME}") is not None
 
 
 def _start(cluster, profile, rid, tmp_path, *sets, select="shed"):
@@ -266,7 +266,7 @@ def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, tmp_path):
     wait_expired(cluster.api, dead, timeout=60)
     rid, run = _run(cluster, profile, tmp_path / "next", select="expectations")
     assert run.returncode == 0, run.output[-3000:]
-    for what in (f"flowschemas/{flow_name(dead)}", f"prioritylevelconfigurations/{flow_name(dead)}"):
+    for what in (f"flowschemas/{FLOW_NAME}", f"prioritylevelconfigurations/{FLOW_NAME}"):
         assert f"sweep: removed: {what} (run {dead}: lease" in run.output, run.output[-3000:]
     _assert_nothing_left(cluster, dead)
     _assert_nothing_left(cluster, rid)

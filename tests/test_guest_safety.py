@@ -6,27 +6,37 @@ backend):
 
 - two runs at once: a run's objects are protected by its live Lease, not by
   its age or its host, so a second run's sweeper leaves them alone;
+- ownership a label cannot forge: the sweeper removes what a dead run's owner
+  record names, uid for uid -- pods it left in a team's namespace included --
+  and only reports a bystander's object that merely carries a run label;
 - on real hardware the sweeper only lists what it would remove, unless asked;
 - two runs borrowing a node at once get different nodes, and a release
-  removes only the taints that run added;
+  removes only the taints that run added; a node with anyone else's pod on
+  it (judged after the claim) is never borrowed, nor given NoExecute;
 - a cluster whose first nodes are kwok nodes but which has one real node is
   real hardware, and its destructive checks need the opt-in.
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from fixtures import node_taints
+from fixtures.access import HOME
 from fixtures.kube import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from fixtures.liveness import RunLease, wait_expired
-from fixtures.node_taints import add_taint, borrow_idle_node, records, remove_taint
-from fixtures.run import SCRATCH_LABEL, metadata
+from fixtures.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
+from fixtures.ownership import OwnerRecord, is_recorded
+from fixtures.pod_spec import pod_body
+from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from fixtures.waiting import wait_for
-from tests.harness import ROOT, run_leftovers, run_pytest
+from tests.harness import ROOT, background_pytest, ended_early, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest
 SCALE = "suites/test_cluster_scale.py"
@@ -61,8 +71,7 @@ def test_a_second_run_never_sweeps_what_a_live_run_owns(cluster, tmp_path):
             return [x for x in run_leftovers(cluster.api, ra) if x.startswith("scratch node")]
         wait_for(a_working, timeout=180, interval=0.5, what=f"run {ra} has its scratch node")
         owned = set(run_leftovers(cluster.api, ra))
-        b = run_pytest(_existing(cluster, SCALE, rb, "-k", "registered and shared",
-                                 "--set=sweep_after_hours=0.0001"), tmp_path / "b")
+        b = run_pytest(_existing(cluster, SCALE, rb, "-k", "registered and shared"), tmp_path / "b")
         assert b.returncode == 0, b.output[-3000:]
         assert f"run {ra}" not in b.output, f"run B touched run A's objects:\n{b.output[-3000:]}"
         still = set(run_leftovers(cluster.api, ra))
@@ -89,19 +98,28 @@ def real_node(cluster, run_id):
         delete_if_present(cluster.api, f"/api/v1/nodes/{name}")
 
 
+def _dead_run(api, tag: str) -> tuple[str, RunLease, OwnerRecord]:
+    """What a killed run leaves in the home namespace: its Lease (expired) and its owner record."""
+    dead = f"dead-{tag}-{os.urandom(2).hex()}"
+    lease = RunLease(api, dead, HOME, duration_s=10).acquire()
+    lease.abandon()
+    return dead, lease, OwnerRecord(api, HOME, dead).create()
+
+
 @pytest.fixture
 def dead_run_namespace(cluster):
-    """What a killed run left: a namespace, and its Lease, expired."""
-    dead = f"dead-{os.urandom(2).hex()}"
-    lease = RunLease(cluster.api, dead, duration_s=10).acquire()
-    lease.abandon()
+    """What a killed run left: a namespace it created (in its owner record, by uid), its Lease, expired."""
+    dead, lease, record = _dead_run(cluster.api, "ns")
     ns = f"cp-{dead}-left"
-    raw_request(cluster.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, dead)}).data
+    made = json.loads(raw_request(cluster.api, "POST", "/api/v1/namespaces",
+                                  body={"metadata": metadata(ns, dead)}).data)
+    record.add(f"/api/v1/namespaces/{ns}", made["metadata"]["uid"])
     wait_expired(cluster.api, dead, timeout=60)
     try:
         yield dead, ns
     finally:
         delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+        record.delete()
         lease.release()
 
 
@@ -116,7 +134,7 @@ def test_on_real_hardware_the_sweeper_lists_and_removes_only_when_asked(cluster,
     asked = run_pytest(_existing(cluster, SCALE, f"ask-{os.urandom(2).hex()}", "-k", "registered and shared"),
                        tmp_path / "ask")
     assert asked.returncode == 0, asked.output[-3000:]
-    line = f"sweep: would remove (pass --sweep-leftovers to remove): namespace {ns} (run {dead}: lease"
+    line = f"sweep: would remove (pass --sweep-leftovers to remove): namespaces/{ns} (run {dead}: lease"
     assert line in asked.output, asked.output[-3000:]
     assert _active(cluster.api, ns), f"the sweeper removed {ns} on real hardware without being asked"
     # The report records the sweep too (environment, and an attachment of the cluster fixture).
@@ -127,8 +145,85 @@ def test_on_real_hardware_the_sweeper_lists_and_removes_only_when_asked(cluster,
     removed = run_pytest(_existing(cluster, SCALE, f"sweep-{os.urandom(2).hex()}", "-k", "registered and shared",
                                    "--sweep-leftovers"), tmp_path / "remove")
     assert removed.returncode == 0, removed.output[-3000:]
-    assert f"sweep: removed: namespace {ns} (run {dead}: lease" in removed.output, removed.output[-3000:]
+    assert f"sweep: removed: namespaces/{ns} (run {dead}: lease" in removed.output, removed.output[-3000:]
     assert not _active(cluster.api, ns)
+
+
+# --- 3. ownership a label cannot forge ------------------------------------------------------------
+
+def test_a_bystander_object_with_a_dead_runs_label_but_no_proof_survives_the_sweep(cluster, tmp_path):
+    """Negative control of the sweeper: a namespace labelled clusterproof.io/run=<a dead run> that the run's
+    owner record does not name (someone copied the label), and one created under a name the record holds
+    after the run's own was deleted (same name, another uid). Both are reported, neither removed."""
+    api = cluster.api
+    dead, lease, record = _dead_run(api, "bystander")
+    labelled, reused = f"team-x-{dead}", f"cp-{dead}-reused"
+    try:
+        raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(labelled, dead)}).data
+        first = json.loads(raw_request(api, "POST", "/api/v1/namespaces",
+                                       body={"metadata": metadata(reused, dead)}).data)
+        record.add(f"/api/v1/namespaces/{reused}", first["metadata"]["uid"])
+        delete_if_present(api, f"/api/v1/namespaces/{reused}")
+        wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{reused}"), until=lambda n: n is None,
+                 timeout=60, interval=0.5, what=f"namespace {reused} gone")
+        raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": reused}}).data   # someone else's
+        wait_expired(api, dead, timeout=60)
+        run = run_pytest(_existing(cluster, SCALE, f"sweep-{os.urandom(2).hex()}", "-k", "registered and shared"),
+                         tmp_path)
+        assert run.returncode == 0, run.output[-3000:]
+        assert f"kept (a dead run's label, but in no owner record; remove it by hand if it is yours): " \
+               f"namespaces/{labelled} (label clusterproof.io/run={dead})" in run.output, run.output[-3000:]
+        assert _active(api, labelled), "the sweeper removed a namespace it could not prove a run made"
+        assert _active(api, reused), "the sweeper removed a namespace made since under a name the run had used"
+        assert record.path.rsplit("/", 1)[1] not in str(run_leftovers(api, dead)), "the dead run's record is left"
+    finally:
+        for ns in (labelled, reused):
+            delete_if_present(api, f"/api/v1/namespaces/{ns}")
+        record.delete()
+        lease.release()
+
+
+@pytest.fixture
+def team_namespace(cluster, profile):
+    """A team's own namespace, labelled with the team (the harness does not own it)."""
+    ns = f"team-{profile.teams[0]}-{os.urandom(2).hex()}"
+    raw_request(cluster.api, "POST", "/api/v1/namespaces",
+                body={"metadata": {"name": ns, "labels": {profile.team_namespace_label: profile.teams[0]}}}).data
+    try:
+        yield ns
+    finally:
+        delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+
+
+def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster, profile, team_namespace, tmp_path):
+    """A run of the taint suite, SIGKILLed while its whole-node pods sit in a team's namespace: the next
+    run removes exactly those pods (its owner record names them), and leaves the team's own pod."""
+    api, rid = cluster.api, f"killed-{os.urandom(2).hex()}"
+    teams = ",".join([f"{profile.teams[0]}={team_namespace}"])
+    theirs = pod_body("the-teams-own", "someone-else")
+    theirs["metadata"]["labels"] = {"app": "team"}
+    raw_request(api, "POST", f"/api/v1/namespaces/{team_namespace}/pods", body=theirs).data
+    with background_pytest(_existing(cluster, "suites/test_taint_isolation.py", rid, "-k", "team_pod_gets_exactly",
+                                     f"--set=team_namespaces={teams}", "--set=run_lease_duration_s=10"),
+                           tmp_path, new_session=True) as proc:
+        def pods_there():
+            ended_early(proc)
+            return [p for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
+                                        {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
+        wait_for(pods_there, timeout=240, interval=0.5, what=f"run {rid}'s pods in team namespace {team_namespace}")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    left = [p["metadata"]["name"] for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
+                                                     {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
+    assert left and all(is_recorded(api, HOME, rid, f"/api/v1/namespaces/{team_namespace}/pods/{n}") for n in left)
+    wait_expired(api, rid, timeout=60)
+    run = run_pytest(_existing(cluster, SCALE, f"next-{os.urandom(2).hex()}", "-k", "registered and shared"),
+                     tmp_path / "next")
+    assert run.returncode == 0, run.output[-3000:]
+    assert f"sweep: removed: pods/{left[0]} in {team_namespace} (run {rid}: lease" in run.output, run.output[-3000:]
+    wait_for(lambda: run_leftovers(api, rid), until=lambda x: not x, timeout=120, interval=1,
+             what=f"nothing of the killed run {rid} left")
+    assert get_if_present(api, f"/api/v1/namespaces/{team_namespace}/pods/the-teams-own") is not None
 
 
 def _allure_attachment_names(tmp_path) -> set[str]:
@@ -141,7 +236,7 @@ def _allure_attachment_names(tmp_path) -> set[str]:
     return names
 
 
-# --- 3. borrowed nodes ----------------------------------------------------------------------------
+# --- 4. borrowed nodes ----------------------------------------------------------------------------
 
 def test_two_runs_borrowing_at_once_get_different_nodes_and_release_only_their_own(cluster, profile):
     api = cluster.api
@@ -182,7 +277,63 @@ def test_a_taint_the_node_already_had_is_not_the_runs_to_remove(cluster, profile
         remove_taint(api, node.name, theirs)
 
 
-# --- 4. simulated means every node -------------------------------------------------------------------
+def _bystander_pod(api, namespace: str, node: str, name: str) -> None:
+    """Someone else's pod, bound to ``node`` (no run label of the borrowing run)."""
+    body = pod_body(name, "someone-else")
+    body["spec"]["nodeName"] = node
+    raw_request(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body).data
+
+
+def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(cluster, profile, namespace,
+                                                                           monkeypatch):
+    """The claim is judged after it is written: a pod of someone else that lands on the first candidate
+    right after the claim makes the run give that node back and take the next one."""
+    api, run = cluster.api, f"borrow-r-{os.urandom(2).hex()}"
+    raced, claim = [], node_taints._claim
+
+    def claim_then_a_pod_arrives(api_, node):
+        won = claim(api_, node)
+        if won and not raced:
+            _bystander_pod(api_, namespace, node.name, "arrived-after-the-list")
+            raced.append(node.name)
+        return won
+    monkeypatch.setattr(node_taints, "_claim", claim_then_a_pod_arrives)
+    node = borrow_idle_node(api, profile, run)
+    try:
+        assert raced and node.name != raced[0], (raced, node.name)
+        assert not any(t[0] == SCRATCH_LABEL for t in _taints(api, raced[0])), "the raced node kept the claim"
+        assert run not in records(list_raw(api, f"/api/v1/nodes/{raced[0]}"))
+    finally:
+        node.release()
+
+
+def test_noexecute_is_never_applied_to_a_borrowed_node_with_anyone_elses_pod(cluster, profile, namespace):
+    api, run = cluster.api, f"borrow-n-{os.urandom(2).hex()}"
+    node = borrow_idle_node(api, profile, run)
+    try:
+        _bystander_pod(api, namespace, node.name, "daemonset-like")
+        noexecute = {"key": profile.team_taint_key, "value": profile.teams[0], "effect": "NoExecute"}
+        with pytest.raises(NotIdle, match=f"borrowed node {node.name} now runs 1 pod.*a NoExecute taint would "
+                                          "evict them, so it is not applied"):
+            node.taint(noexecute)
+        assert (noexecute["key"], noexecute["value"], "NoExecute") not in _taints(api, node.name)
+    finally:
+        node.release()
+
+
+def test_no_node_running_anyone_elses_pods_is_borrowed(cluster, profile, namespace):
+    """Every idle shared node but the ones of this test gets someone else's pod: borrowing says why not."""
+    api = cluster.api
+    shared = [n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
+                                                       {"labelSelector": f"{profile.pool_label}=shared"})["items"]]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i_n: _bystander_pod(api, namespace, i_n[1], f"occupant-{i_n[0]}"), enumerate(shared)))
+    with pytest.raises(NotIdle, match=r"no idle node in the shared pool .* a borrowed node must run no pod of "
+                                      r"anyone else, DaemonSets included \(.*: runs pods"):
+        borrow_idle_node(api, profile, f"borrow-x-{os.urandom(2).hex()}")
+
+
+# --- 5. simulated means every node -------------------------------------------------------------------
 
 @pytest.fixture
 def mixed_cluster(cluster, run_id):

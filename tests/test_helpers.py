@@ -2,20 +2,18 @@
 sweeper's verdicts, the informer's relist, the permission list, waiting."""
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import pytest
 
-from fixtures import access, apimetrics
+from fixtures import apimetrics
+from fixtures.access import Manifest
+from fixtures.apicalls import Call, classify
 from fixtures.errors import HarnessError
 from fixtures.informer import Gone, Informer
-from fixtures.liveness import RunState
 from fixtures.node_plan import node_plan
 from fixtures.profile import load_profile
-from fixtures.run import CREATED
 from fixtures.stats import histogram_quantile, percentile
-from fixtures.sweep import Judge
 from fixtures.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.selftest
@@ -99,24 +97,45 @@ def test_a_window_knows_which_apiserver_replica_answered():
     assert apimetrics.replica("apiserver_request_total 3\n") == ""
 
 
-NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
+@pytest.mark.parametrize("method,url,want", [
+    ("GET", "https://h:6443/api/v1/nodes?limit=500", Call("list", "", "nodes")),
+    ("GET", "/api/v1/nodes/n1", Call("get", "", "nodes", name="n1")),
+    ("GET", "/api/v1/namespaces/a/pods?watch=true&resourceVersion=1", Call("watch", "", "pods", namespace="a")),
+    ("POST", "/api/v1/namespaces/a/serviceaccounts/s/token", Call("create", "", "serviceaccounts", "token", "a", "s")),
+    ("PATCH", "/api/v1/namespaces/a/pods/p/status", Call("patch", "", "pods", "status", "a", "p")),
+    ("DELETE", "/api/v1/namespaces/a", Call("delete", "", "namespaces", name="a")),
+    ("GET", "/api/v1/namespaces/a", Call("get", "", "namespaces", name="a")),
+    ("DELETE", "/api/v1/namespaces/a/pods", Call("deletecollection", "", "pods", namespace="a")),
+    ("PUT", "/apis/coordination.k8s.io/v1/namespaces/h/leases/l", Call("update", "coordination.k8s.io", "leases",
+                                                                       namespace="h", name="l")),
+    ("POST", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", Call("create", "flowcontrol.apiserver.k8s.io",
+                                                                       "flowschemas")),
+    ("GET", "/metrics", Call("get", path="/metrics")),
+    ("GET", "/apis/scheduling.k8s.io/v1alpha2", Call("get", path="/apis/scheduling.k8s.io/v1alpha2")),
+])
+def test_a_request_is_read_in_rbac_terms_as_the_apiserver_reads_it(method, url, want):
+    assert classify(method, url) == want
 
 
-def _born(hours_ago: float) -> dict:
-    return {CREATED: (NOW - dt.timedelta(hours=hours_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")}
-
-
-def test_sweeper_takes_only_runs_whose_lease_expired_or_that_have_none_and_are_old():
-    states = {"alive": RunState("alive", True, "renewed 3 s ago"),
-              "dead": RunState("dead", False, "lease renewed 700 s ago (duration 60 s)")}
-    judge = Judge(states, "me", orphan_hours=24, now=NOW)
-    # A live Lease protects a run's objects however old they are and wherever the run is.
-    assert judge.why_dead("alive", _born(1000)) is None
-    assert judge.why_dead("dead", _born(0)) == "lease renewed 700 s ago (duration 60 s)"
-    assert judge.why_dead("no-lease", _born(1)) is None
-    assert judge.why_dead("no-lease", _born(30)) == "no run lease; 30.0 h old"
-    assert judge.why_dead("no-lease", {}) is None          # unknown age: never guessed abandoned
-    assert judge.why_dead("me", _born(1000)) is None         # never the current run
+def test_a_rule_allows_exactly_its_verbs_resources_names_and_namespace():
+    role = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
+            {"apiGroups": ["flowcontrol.apiserver.k8s.io"], "resources": ["flowschemas"], "verbs": ["delete"],
+             "resourceNames": ["clusterproof-flood"]},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    docs = [{"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": role},
+            {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "pool-1"},
+             "roleRef": {"kind": "ClusterRole", "name": "r"},
+             "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "home"}]}]
+    m = Manifest.from_docs(docs, subject=("home", "sa"))
+    assert m.allows(Call("create", "", "pods", namespace="pool-1"))
+    assert not m.allows(Call("create", "", "pods", namespace="kube-system"))      # bound in pool-1 only
+    assert not m.allows(Call("delete", "", "pods", namespace="pool-1", name="p"))   # not its verb
+    assert not m.allows(Call("get", "", "pods", "log", "pool-1", "p"))            # a subresource is its own
+    # A RoleBinding grants a ClusterRole's rules in its namespace only: resourceNames of a cluster-scoped
+    # kind never match through it, and a non-resource URL only through a ClusterRoleBinding.
+    assert not m.allows(Call("delete", "flowcontrol.apiserver.k8s.io", "flowschemas", name="clusterproof-flood"))
+    assert {(i.verb, i.resource) for i in m.unused([Call("get", "", "pods", namespace="pool-1")])} == \
+        {("create", "pods"), ("delete", "flowschemas")}
 
 
 class _FakeApi:
@@ -156,12 +175,19 @@ def test_informer_relists_after_410_and_emits_deleted_for_what_vanished():
     assert inf.relists == 1
 
 
-def test_permission_list_comes_from_the_shipped_manifest():
-    base = {access.describe(s) for s in access.required(destructive=False)}
-    assert {"list nodes", "get /metrics", "create leases (coordination.k8s.io)", "create pods"} <= base
-    assert "patch nodes" not in base
-    more = {access.describe(s) for s in access.required(destructive=True)} - base
-    assert {"patch nodes", "create serviceaccounts/token", "bind clusterroles edit (rbac.authorization.k8s.io)"} <= more
+def test_permission_list_comes_from_the_shipped_manifest_and_where_it_is_bound():
+    base = {i.describe() for i in Manifest.shipped(False, ("ml-research",), pool=["p-0"]).items}
+    assert {"list nodes cluster-wide (clusterproof)", "get /metrics (clusterproof)",
+            "create leases (coordination.k8s.io) in namespace clusterproof (clusterproof-home)",
+            "create pods in namespace p-0 (clusterproof-pool)",
+            "create pods in namespace ml-research (clusterproof-team)"} <= base
+    assert not any(d.startswith("patch nodes") for d in base)
+    assert not any("clusterproof-pool" in d and "clusterproof-0" in d for d in base), "the pool found replaces the file's"
+    more = {i.describe() for i in Manifest.shipped(True, pool=["p-0"]).items} - base
+    assert {"patch nodes cluster-wide (clusterproof-destructive)",
+            "delete flowschemas clusterproof-flood (flowcontrol.apiserver.k8s.io) cluster-wide "
+            "(clusterproof-destructive)"} <= more
+    assert not any("serviceaccounts/token" in d or d.startswith("bind ") for d in more), more
 
 
 def test_wait_for_is_bounded_and_reports_the_last_state():

@@ -24,7 +24,7 @@ import os
 import pytest
 
 from fixtures import admission as adm
-from fixtures.isolation import create_namespace
+from fixtures.access import HOME
 from fixtures.kube import delete_if_present, list_raw, raw_request
 from fixtures.liveness import RunLease, wait_expired
 from fixtures.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_key, borrow_idle_node,
@@ -32,9 +32,9 @@ from fixtures.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_k
 from fixtures.nodes import node_bodies, node_name
 from fixtures.node_plan import node_plan
 from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from fixtures.sweep import CLUSTER_SCOPED
+from fixtures.ownership import OwnerRecord
 from fixtures.waiting import wait_for
-from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
+from tests.harness import (RUN_KINDS, allure_results, assert_one_line, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
 
 pytestmark = pytest.mark.selftest
@@ -163,13 +163,12 @@ def test_team_with_no_nodes_is_one_clear_line(cluster, profile, run_id, tmp_path
 
 
 @pytest.fixture
-def unlabelled_namespace(cluster, run_id):
-    name = f"cp-{run_id[-4:]}-unlabelled-{os.urandom(2).hex()}"
-    create_namespace(cluster.api, name, run_id)
+def unlabelled_namespace(cluster):
+    name = cluster.namespaces.take("unlabelled")
     try:
         yield name
     finally:
-        delete_if_present(cluster.api, f"/api/v1/namespaces/{name}")
+        cluster.namespaces.give_back(name)
 
 
 def test_namespace_without_team_label_is_one_clear_line(cluster, profile, run_id, unlabelled_namespace, tmp_path):
@@ -211,33 +210,38 @@ def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, p
 
 @pytest.fixture
 def dead_runs_leftovers(cluster, profile, run_id):
-    """What a killed run leaves: its expired Lease, a policy + binding, a PriorityClass, a scratch
-    node, and a taint it added (and recorded) on a node it did not create."""
+    """What a killed run leaves: its expired Lease and its owner record naming, by uid, a policy + binding,
+    a PriorityClass, a scratch node, and a node it borrowed (a taint it added, recorded on the node)."""
     api, dead = cluster.api, f"dead-{os.urandom(2).hex()}"
-    lease = RunLease(api, dead, duration_s=10).acquire()
+    lease = RunLease(api, dead, HOME, duration_s=10).acquire()
     lease.abandon()                     # SIGKILL: the Lease stays and is never renewed again
+    record = OwnerRecord(api, HOME, dead).create()
+
+    def made(path: str, body: dict) -> None:
+        obj = json.loads(raw_request(api, "POST", path, body=body).data)
+        record.add(f"{path}/{obj['metadata']['name']}", obj["metadata"]["uid"])
     version = adm.served_map_version(api)
     rules = adm.TeamRules.from_profile(profile)
-    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicies",
-                body=adm.mutating_policy(rules, f"cp-{dead}", dead, version)).data
-    raw_request(api, "POST", f"/apis/{version}/mutatingadmissionpolicybindings",
-                body=adm.binding("MutatingAdmissionPolicyBinding", version, f"cp-{dead}", f"cp-{dead}", dead)).data
-    raw_request(api, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
-                body={"metadata": metadata(f"cp-{dead}", dead), "value": -20}).data
+    made(f"/apis/{version}/mutatingadmissionpolicies", adm.mutating_policy(rules, f"cp-{dead}", dead, version))
+    made(f"/apis/{version}/mutatingadmissionpolicybindings",
+         adm.binding("MutatingAdmissionPolicyBinding", version, f"cp-{dead}", f"cp-{dead}", dead))
+    made("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": metadata(f"cp-{dead}", dead), "value": -20})
     scratch = metadata(f"cp-gpu-scratch-{dead}", dead, {SCRATCH_LABEL: dead})
     scratch["annotations"]["kwok.x-k8s.io/node"] = "fake"
-    raw_request(api, "POST", "/api/v1/nodes", body={
-        "metadata": scratch, "spec": {"taints": [{"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}]}}).data
+    made("/api/v1/nodes", {"metadata": scratch,
+                           "spec": {"taints": [{"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}]}})
     victim = node_name(profile, next(p for p in node_plan(profile) if p.name == "shared"), 5)
+    record.add(f"/api/v1/nodes/{victim}", list_raw(api, f"/api/v1/nodes/{victim}")["metadata"]["uid"], how="borrowed")
     add_taint(api, victim, {"key": SCRATCH_LABEL, "value": dead, "effect": "NoSchedule"}, run_id=dead)
     wait_expired(api, dead, timeout=60)
     try:
         yield dead, victim
     finally:  # whatever the sweeper did not do
-        for path in CLUSTER_SCOPED:
+        for path in RUN_KINDS:
             delete_if_present(api, f"{path}/cp-{dead}")
         delete_if_present(api, f"/api/v1/nodes/cp-gpu-scratch-{dead}")
         release_run_taints(api, victim, dead)
+        record.delete()
         lease.release()
 
 
@@ -247,7 +251,7 @@ def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, dead_r
     assert run.returncode == 0, run.output[-3000:]
     for what in (f"mutatingadmissionpolicybindings/cp-{dead}", f"mutatingadmissionpolicies/cp-{dead}",
                  f"priorityclasses/cp-{dead}", f"nodes/cp-gpu-scratch-{dead}", f"taints on nodes/{victim}",
-                 f"namespace cp-run-{dead}"):
+                 f"owner record configmaps/clusterproof-run-{dead}", f"leases/clusterproof-run-{dead}"):
         assert f"sweep: removed: {what} (run {dead}: lease" in run.output, run.output[-3000:]
     wait_for(lambda: leftovers(cluster, profile, run_id, dead), until=lambda left: not left, timeout=120,
              interval=1, what=f"nothing of the killed run {dead} left")

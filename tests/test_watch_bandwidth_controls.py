@@ -33,7 +33,7 @@ from fixtures.waiting import wait_for
 from fixtures.watch_bandwidth import pool_nodes
 from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
-from tests.test_permissions import _kubeconfig_for, shipped_roles  # noqa: F401 (a fixture)
+from tests import guest
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_watch_bandwidth.py"
@@ -149,14 +149,9 @@ def churned_service(cluster, profile, run_id):
 
 
 @pytest.fixture
-def least_privilege(cluster, run_id, shipped_roles, tmp_path):
-    """A kubeconfig with the token of a ServiceAccount bound to the shipped ``clusterproof`` role only."""
-    path, token, (ns, binding) = _kubeconfig_for(cluster, run_id, "clusterproof", tmp_path)
-    try:
-        yield path, token
-    finally:
-        delete_if_present(cluster.api, f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
-        delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+def least_privilege(cluster, tmp_path):
+    """A kubeconfig with the token of the shipped ServiceAccount (fixtures/rbac.yaml, read-only roles)."""
+    return guest.kubeconfig_for(cluster.api, tmp_path)
 
 
 def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster, profile, churned_service,
@@ -167,8 +162,9 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     kubeconfig, token = least_privilege
     pods_before = {p["metadata"]["name"] for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
     rid = _rid("r")
-    run = run_pytest([SUITE, "--kubeconfig", str(kubeconfig), "--profile", profile.name, "--run-id", rid,
-                      f"--set=watch_service={name}", "--set=watch_window_s=15"], tmp_path, timeout=600)
+    run = run_pytest([SUITE, "--kubeconfig", str(kubeconfig), "--as-real-cluster", "--profile", profile.name,
+                      "--run-id", rid, f"--set=watch_service={name}", "--set=watch_window_s=15"], tmp_path,
+                     timeout=600)
     assert token not in run.output
     assert run.returncode == 0, run.output[-4000:]
     ro = {t.replace(T, "[existing-service]") for t in ALL}
