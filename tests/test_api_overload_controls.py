@@ -32,8 +32,10 @@ import threading
 import psutil
 import pytest
 
+from fixtures.access import HOME
+from fixtures.claims import TURN, Claims
 from fixtures.kube import get_if_present
-from fixtures.liveness import wait_expired
+from fixtures.liveness import RunLease, wait_expired
 from fixtures.overload import FLOW_NAME
 from fixtures.waiting import wait_for
 from tests.harness import (allure_results, background_pytest, ended_early, interrupt,
@@ -269,4 +271,28 @@ def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, tmp_path):
     for what in (f"flowschemas/{FLOW_NAME}", f"prioritylevelconfigurations/{FLOW_NAME}"):
         assert f"sweep: removed: {what} (run {dead}: lease" in run.output, run.output[-3000:]
     _assert_nothing_left(cluster, dead)
+    _assert_nothing_left(cluster, rid)
+
+
+# --- one run at a time on the flood's named flow -----------------------------------------------------
+
+def test_a_second_run_waits_for_the_floods_turn_then_skips_naming_the_run_that_holds_it(cluster, profile,
+                                                                                        tmp_path):
+    """The flow's names are fixed (rbac-destructive.yaml names them): a live run holds the turn (a Lease
+    in the home namespace), so a second run waits ``claim_wait_s`` and skips the flood, saying which run
+    has it -- it never installs a second flow or touches the first."""
+    holder = f"apfturn-{os.urandom(2).hex()}"
+    lease = RunLease(cluster.api, holder, HOME, duration_s=30).acquire()
+    turn = Claims(cluster.api, HOME, holder, TURN)
+    assert turn.try_take(FLOW_NAME, {holder: True}) is None
+    try:
+        rid, run = _run(cluster, profile, tmp_path, "claim_wait_s=5", select="shed")
+        assert run.returncode == 0 and not run.passed and not run.failures, run.output[-3000:]
+        assert f"FlowSchema {FLOW_NAME} is another run's turn (run {holder}, alive) and stayed so for 5 s" \
+            in run.output, run.output[-3000:]
+        assert not _flow_exists(cluster, rid)
+        assert turn.held_by().get(FLOW_NAME) == holder
+    finally:
+        turn.release(FLOW_NAME)
+        lease.release()
     _assert_nothing_left(cluster, rid)

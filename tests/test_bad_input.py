@@ -57,6 +57,7 @@ CASES = [
     pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, user={"client-key-data": BAD_BASE64}))],
                  "client-key-data of user 'u' is not valid base64", id="client-key-data-not-base64"),
     pytest.param(lambda t: ["--profile", str(_latin1_profile(t))], "is not UTF-8 text", id="profile-not-utf8"),
+    pytest.param(lambda t: ["--as-real-cluster"], "--as-real-cluster needs --kubeconfig", id="as-real-without-cluster"),
     # Credentials in the kubeconfig's server URL are masked in the line that names the server.
     pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, server="https://admin:not-a-real-token@127.0.0.1:1"))],
                  "cannot reach the API server at https://***@127.0.0.1:1", id="server-url-with-credentials"),
@@ -103,3 +104,14 @@ def test_unbuildable_toolchain_gives_one_readable_line(tmp_path):
                           "GOMODCACHE": str(tmp_path / "empty-modcache"), "GOPROXY": "off"})
     _assert_one_line_error(run, "building kwok v0.8.0 failed")
     assert "full log:" in run.output
+
+
+def test_a_harness_error_inside_a_check_is_one_line_not_a_traceback(tmp_path):
+    """Mid-run (a node written over by something else ten times in a row, say): the check fails with
+    the error's one line, "clusterproof: ...", which the report files under harness errors."""
+    run = run_pytest(["tests/data/harness_error_run.py"], tmp_path, timeout=120)
+    assert run.returncode == 1, run.output[-2000:]
+    [message] = run.failures.values()
+    assert message.strip() == "clusterproof: node n1 could not be written: 10 write conflicts in a row (self-test)" \
+        or message.startswith("clusterproof: node n1 could not be written"), message
+    assert "Traceback" not in run.output and "raise HarnessError" not in run.output, run.output[-2000:]

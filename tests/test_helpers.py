@@ -1,12 +1,14 @@
-"""Unit tests of pure helpers (no cluster): profiles, percentiles, latency windows, the
-sweeper's verdicts, the informer's relist, the permission list, waiting."""
+"""Unit tests of pure helpers (no cluster): profiles, percentiles, latency windows, requests read in
+RBAC terms, the manifest's rules, the informer's relist, the permission list, waiting, one-line errors."""
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
+from kubernetes import client
 
-from fixtures import apimetrics
+from fixtures import access, apimetrics, kube, node_taints
 from fixtures.access import Manifest
 from fixtures.apicalls import Call, classify
 from fixtures.errors import HarnessError
@@ -271,3 +273,30 @@ def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(mon
     rows = {r["suite"]: r for r in timing.rows(profile)}
     assert rows[timing.BRINGUP]["seconds"] == 100.0 and rows[timing.BRINGUP]["budget_s"] is None
     assert rows["gang_scheduling"]["seconds"] == 7.0 and rows["gang_scheduling"]["over_budget"]
+
+
+def _api(host: str = "https://10.0.0.1:6443"):
+    return types.SimpleNamespace(configuration=types.SimpleNamespace(host=host))
+
+
+def test_a_cluster_without_the_home_namespace_is_told_how_to_provision_it(monkeypatch):
+    monkeypatch.setattr(access, "allowed", lambda api, spec: True)
+    monkeypatch.setattr(kube, "get_if_present", lambda api, path, query=None: None)
+    with pytest.raises(HarnessError, match=r"namespace clusterproof \(the harness's home: run Leases, owner "
+                                           r"records\) does not exist on https://10.0.0.1:6443: kubectl apply -f "
+                                           r"fixtures/rbac.yaml"):
+        access.check(_api(), destructive=False)
+
+
+def test_a_node_rewritten_ten_times_in_a_row_gives_up_in_one_line(monkeypatch):
+    node = {"metadata": {"name": "n1", "resourceVersion": "7"}, "spec": {}}
+    writes = []
+
+    def conflict(api, path, body):
+        writes.append(body)
+        raise client.ApiException(status=409, reason="Conflict")
+    monkeypatch.setattr(node_taints, "get_if_present", lambda api, path: node)
+    monkeypatch.setattr(node_taints, "merge_patch", conflict)
+    with pytest.raises(HarnessError, match="node n1 could not be written: 10 write conflicts in a row"):
+        node_taints.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
+    assert len(writes) == 10 and all(w["metadata"]["resourceVersion"] == "7" for w in writes)
