@@ -1,0 +1,224 @@
+"""Watches and requests survive a control plane that drops connections (no cluster needed).
+
+The informer (``fixtures.informer``) reconnects with bounded, jittered
+exponential backoff on any failure of its list or watch, resumes from the
+last resourceVersion, relists on 410, gives up after its bound with one
+line, and never lets a consumer read a cut-off store as current.
+``raw_request`` (``fixtures.kube``) retries connection errors within a
+bound, and re-sends a write only when that is safe. Scripted fakes stand in
+for the API server; the same behaviour against the real one is in
+tests/test_watches_and_events.py and tests/test_apiserver_restart.py.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import urllib3
+from kubernetes import client
+
+from fixtures import kube
+from fixtures.informer import Gone, Informer, InformerError
+
+pytestmark = pytest.mark.selftest
+
+
+def _reset():
+    return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
+
+
+def _refused():
+    return urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces/ns/pods", urllib3.exceptions.NewConnectionError(
+        None, "Failed to establish a new connection: [Errno 111] Connection refused"))
+
+
+def _pod(name, rv):
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+def _listing(rv, *pods):
+    return {"metadata": {"resourceVersion": rv}, "items": list(pods)}
+
+
+class _Script:
+    """The API server as a script: each list or watch call takes the next step, which is a result
+    (a listing; a watch's events) or an exception to raise; an exception among a watch's events
+    cuts the stream there. The last step repeats (a server that stays down)."""
+
+    def __init__(self, lists, watches):
+        self.lists, self.watches = list(lists), list(watches)
+        self.watch_rvs: list[str] = []
+        self.calls = 0
+
+    @staticmethod
+    def _next(steps):
+        return steps.pop(0) if len(steps) > 1 else steps[0]
+
+    def list(self, _path, _query):
+        self.calls += 1
+        step = self._next(self.lists)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def watch(self, _path, rv, _query, _timeout):
+        self.calls += 1
+        self.watch_rvs.append(rv)
+        step = self._next(self.watches)
+        if isinstance(step, BaseException):
+            raise step
+        for event in step:
+            if isinstance(event, BaseException):
+                raise event
+            if event == "410":
+                raise Gone("too old resource version")
+            yield event, 100
+
+
+def _informer(script, seen=None, **kw):
+    kw = {"backoff_first_s": 0.001, "backoff_max_s": 0.004, **kw}
+    on = (lambda k, o: seen.append((k, o["metadata"]["name"]))) if seen is not None else None
+    return Informer(None, "/api/v1/namespaces/ns/pods", on_event=on, list_fn=script.list, watch_fn=script.watch, **kw)
+
+
+# --- the informer -------------------------------------------------------------------------------
+
+def test_the_informer_reconnects_after_a_connection_reset():
+    script = _Script([_listing("10", _pod("a", "1"))],
+                     [[{"type": "MODIFIED", "object": _pod("a", "11")}, _reset()],
+                      [{"type": "ADDED", "object": _pod("b", "12")}]])
+    seen = []
+    inf = _informer(script, seen)
+    assert inf.run(until=lambda: inf.get("b", "ns") is not None, deadline=time.monotonic() + 10)
+    # Resumed from the last resourceVersion it saw: nothing missed, nothing relisted.
+    assert script.watch_rvs == ["10", "11"]
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
+    assert inf.relists == 0 and inf.reconnects == 1 and inf.connected
+    [cut] = inf.outages
+    assert cut.ended is not None and "ProtocolError" in cut.error and "reset" in cut.error, cut
+
+
+def test_the_informer_rides_out_refusals_5xx_error_events_and_malformed_lines():
+    def ok(i):   # one delivered event between failures: each failure is an outage of its own
+        return {"type": "MODIFIED", "object": _pod("a", str(10 + i))}
+    script = _Script([_refused(), _refused(), _listing("10", _pod("a", "1"))],
+                     [client.ApiException(status=503, reason="Service Unavailable"),
+                      [ok(1), ValueError("malformed watch line: b'{\"type\": \"MODIF'")],
+                      [ok(2), {"type": "ERROR", "object": {"code": 500, "message": "internal error"}}],
+                      [ok(3), "not an event"],
+                      [ok(4), urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out.")],
+                      [{"type": "ADDED", "object": _pod("b", "20")}]])
+    inf = _informer(script)
+    assert inf.run(until=lambda: inf.get("b", "ns") is not None, deadline=time.monotonic() + 10)
+    assert inf.reconnects == 7 and inf.connected and inf.stale_s == 0
+    assert script.watch_rvs == ["10", "10", "11", "12", "13", "14"]   # always resumed, never relisted
+    errors = [o.last_error for o in inf.outages]
+    assert len(errors) == 6 and all(o.ended is not None for o in inf.outages), inf.outages
+    assert inf.outages[0].attempts == 2
+    for what, got in zip(("NewConnectionError: Connection refused", "HTTP 503", "malformed",
+                          "ERROR event: internal error", "malformed watch event", "Read timed out"), errors):
+        assert what in got, (what, got)
+
+
+def test_the_informer_relists_when_its_version_is_gone_after_a_reconnect():
+    script = _Script([_listing("10", _pod("a", "1"), _pod("b", "2")), _refused(), _listing("30", _pod("c", "25"))],
+                     [_reset(), ["410"], [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "31"}}}]])
+    seen = []
+    inf = _informer(script, seen)
+    assert inf.run(until=lambda: inf.rv == "31", deadline=time.monotonic() + 10)
+    # The relist itself was refused once, then succeeded: DELETED for what vanished meanwhile.
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a"), ("DELETED", "b"), ("ADDED", "c")]
+    assert inf.relists == 1 and inf.reconnects == 2
+
+
+def test_the_reconnect_backoff_doubles_with_jitter_up_to_its_bound():
+    script = _Script([_listing("10")], [_reset()])
+    inf = _informer(script, backoff_first_s=0.002, backoff_max_s=0.016, give_up_s=0.3)
+    with pytest.raises(InformerError):
+        inf.run()
+    assert len(inf.backoffs) >= 8, inf.backoffs
+    for n, delay in enumerate(inf.backoffs[:12], start=1):
+        nominal = min(0.016, 0.002 * 2 ** (n - 1))
+        assert nominal / 2 <= delay <= nominal, (n, delay)
+    assert max(inf.backoffs) <= 0.016
+    # Jitter: informers cut at once do not all come back in step.
+    assert len({round(d, 6) for d in inf.backoffs[4:]}) > 1
+
+
+def test_the_backoff_starts_over_once_a_stream_delivers():
+    events = [[{"type": "MODIFIED", "object": _pod("a", str(i))}, _reset()] for i in range(11, 16)]
+    script = _Script([_listing("10", _pod("a", "1"))], [_reset(), _reset(), _reset(), *events, [_reset()]])
+    inf = _informer(script, backoff_first_s=0.002, backoff_max_s=0.5)
+    inf.run(until=lambda: inf.rv == "15", deadline=time.monotonic() + 10)
+    # Three failures in a row grew the delay to 4x; after each delivered event it is back to the first.
+    assert inf.backoffs[2] >= 0.004
+    assert all(d <= 0.002 for d in inf.backoffs[3:]), inf.backoffs
+
+
+def test_the_informer_gives_up_after_its_bound_with_one_line():
+    script = _Script([_listing("10")], [_refused()])
+    inf = _informer(script, give_up_s=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(InformerError) as e:
+        inf.run()
+    assert 0.2 <= time.monotonic() - t0 < 5
+    msg = str(e.value)
+    assert "\n" not in msg and "gave up after 0.2 s" in msg and "Connection refused" in msg, msg
+    assert "/api/v1/namespaces/ns/pods" in msg
+
+
+def test_a_cut_off_store_is_seen_as_stale_and_check_raises():
+    script = _Script([_listing("10", _pod("a", "1"))], [[{"type": "ADDED", "object": _pod("b", "11")}, _refused()],
+                                                        _refused()])
+    inf = _informer(script, give_up_s=1.0, backoff_max_s=0.01).start(timeout=10)
+    try:
+        inf.check(max_stale_s=30)
+        # Cut off after b: the store still holds a and b, but says it is stale.
+        from fixtures.waiting import wait_for
+        wait_for(lambda: inf.stale_s, until=lambda s: s > 0.3, timeout=10, interval=0.02, what="the store stale")
+        assert not inf.connected and inf.get("b", "ns") is not None
+        with pytest.raises(InformerError, match=r"cut off for \d+ s .*staler than the 0.1 s this wait accepts"):
+            inf.check(max_stale_s=0.1)
+        inf.check(max_stale_s=60)          # a consumer that accepts more is not failed
+        wait_for(lambda: inf.error, timeout=10, interval=0.02, what="the informer gives up")
+        with pytest.raises(InformerError, match="gave up after 1 s"):
+            inf.check()
+    finally:
+        inf.stop()
+
+
+def test_a_window_that_ends_while_the_watch_is_cut_off_raises_instead_of_answering():
+    """``watch_for(seconds, until)`` answers "did it happen?"; cut off at the end, it cannot say no."""
+    script = _Script([_listing("10")], [[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}},
+                                         _reset()], _refused()])
+    inf = _informer(script)
+    with pytest.raises(InformerError, match="cut off when its window ended"):
+        inf.watch_for(0.3, lambda: False)
+
+
+def test_an_answer_no_retry_can_change_ends_the_informer_at_once():
+    script = _Script([_listing("10")], [client.ApiException(status=403, reason="Forbidden")])
+    inf = _informer(script)
+    with pytest.raises(InformerError, match="HTTP 403 Forbidden"):
+        inf.run()
+    assert inf.reconnects == 0 and script.calls == 2
+
+
+def test_a_consumer_whose_handler_raises_is_not_retried():
+    def boom(kind, obj):
+        raise KeyError("spec")
+    script = _Script([_listing("10", _pod("a", "1"))], [[]])
+    inf = Informer(None, "/p", on_event=boom, list_fn=script.list, watch_fn=script.watch)
+    with pytest.raises(InformerError, match="KeyError"):
+        inf.run()
+    assert inf.reconnects == 0
+
+
+def test_outages_tell_a_measurement_whether_its_window_had_a_hole():
+    script = _Script([_listing("10")], [[_reset()], [{"type": "ADDED", "object": _pod("b", "11")}]])
+    inf = _informer(script)
+    t0 = time.monotonic()
+    inf.run(until=lambda: inf.get("b", "ns") is not None, deadline=time.monotonic() + 10)
+    assert [str(o).split(" UTC ")[1].startswith("for ") for o in inf.outages_since(t0)] == [True]
+    assert inf.outages_since(time.monotonic() + 1) == []
