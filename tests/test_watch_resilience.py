@@ -25,7 +25,8 @@ pytestmark = pytest.mark.selftest
 
 
 def _reset():
-    return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
+    return urllib3.exceptions.ProtocolError("Connection aborted.",
+                                            ConnectionResetError(104, "Connection reset by peer"))
 
 
 def _refused():
@@ -222,3 +223,113 @@ def test_outages_tell_a_measurement_whether_its_window_had_a_hole():
     inf.run(until=lambda: inf.get("b", "ns") is not None, deadline=time.monotonic() + 10)
     assert [str(o).split(" UTC ")[1].startswith("for ") for o in inf.outages_since(t0)] == [True]
     assert inf.outages_since(time.monotonic() + 1) == []
+
+
+# --- raw_request: which failures are sent again -------------------------------------------------
+
+class _Resp:
+    def __init__(self, data=b"{}", broken=False):
+        self._data, self._broken, self.status = data, broken, 200
+
+    @property
+    def data(self):
+        if self._broken:   # the connection broke while the body arrived
+            raise urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(10 bytes read, 90 more expected)")
+        return self._data
+
+
+class _Server:
+    """``kube._send`` as a script: each attempt takes the next step (a response or an exception)."""
+
+    def __init__(self, monkeypatch, *steps, objects=None):
+        self.steps, self.sent, self.objects = list(steps), [], objects or {}
+        monkeypatch.setattr(kube, "_send", self.send)
+        monkeypatch.setattr(kube, "RETRY_FIRST_S", 0.001)
+        monkeypatch.setattr(kube, "RETRY_MAX_S", 0.004)
+
+    def send(self, api, method, path, query, headers, body, timeout):
+        self.sent.append((method, path))
+        if method == "GET" and path in self.objects:
+            return _Resp(json.dumps(self.objects[path]).encode())
+        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+
+def _api_error(status):
+    return client.ApiException(status=status, reason={404: "Not Found", 409: "Conflict", 503: "Service Unavailable"}
+                               .get(status, ""))
+
+
+def test_a_read_is_retried_after_a_connection_reset_or_refusal(monkeypatch):
+    server = _Server(monkeypatch, _reset(), _refused(), _Resp(b'{"items": []}'))
+    assert kube.list_raw(None, "/api/v1/pods") == {"items": []}
+    assert len(server.sent) == 3
+
+
+def test_a_body_cut_off_mid_read_is_fetched_again_for_a_read(monkeypatch):
+    server = _Server(monkeypatch, _Resp(broken=True), _Resp(b'{"items": [1]}'))
+    assert kube.list_raw(None, "/api/v1/pods") == {"items": [1]}
+    assert len(server.sent) == 2
+
+
+def test_a_write_is_sent_again_only_if_it_never_left(monkeypatch):
+    server = _Server(monkeypatch, _refused(), _Resp(b"{}"))
+    kube.raw_request(None, "POST", "/api/v1/namespaces/ns/configmaps", body={"metadata": {"name": "x"}})
+    assert len(server.sent) == 2, "a refused connection sent nothing: the POST is sent again"
+    for method in ("POST", "PATCH", "PUT", "DELETE"):
+        server = _Server(monkeypatch, _reset(), _Resp(b"{}"))
+        with pytest.raises(urllib3.exceptions.ProtocolError) as e:
+            kube.raw_request(None, method, "/api/v1/namespaces/ns/configmaps/x", body={})
+        assert len(server.sent) == 1, f"a {method} that may have been applied was sent again"
+        assert f"a {method} that may have reached the server is not safe to repeat" in " ".join(e.value.__notes__)
+
+
+def test_retries_of_connection_errors_are_bounded(monkeypatch):
+    server = _Server(monkeypatch, _refused())
+    t0 = time.monotonic()
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as e:
+        kube.raw_request(None, "GET", "/api/v1/pods", retry_s=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 2
+    assert len(server.sent) > 3
+    [note] = e.value.__notes__
+    assert note.startswith("clusterproof: GET /api/v1/pods: connection failed (") and "gave up after 0.3 s" in note
+
+
+def test_watches_read_timeouts_and_http_answers_are_not_retried_here(monkeypatch):
+    for step, query in ((_reset(), {"watch": "true"}),
+                        (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), None),
+                        (_api_error(503), None)):
+        server = _Server(monkeypatch, step, _Resp())
+        with pytest.raises(type(step)):
+            kube.raw_request(None, "GET", "/api/v1/pods", query)
+        assert len(server.sent) == 1, step
+
+
+MARKS = {"labels": {"clusterproof.io/run": "r1"}, "annotations": {"clusterproof.io/created": "2026-11-30T10:00:00Z"}}
+
+
+def test_create_if_absent_knows_its_own_first_attempt_after_a_resend(monkeypatch):
+    body = {"metadata": {"name": "sa", **MARKS}}
+    path = "/api/v1/namespaces/ns/serviceaccounts"
+    # The POST reached the server, the answer was lost; sent again: 409, and the object bears our marks.
+    _Server(monkeypatch, _reset(), _api_error(409), objects={f"{path}/sa": {"metadata": {"name": "sa", **MARKS}}})
+    assert kube.create_if_absent(None, path, body) is True
+    # Same, but the object is someone else's (another run's label): not ours, left alone.
+    other = {"labels": {"clusterproof.io/run": "r2"}, "annotations": MARKS["annotations"]}
+    _Server(monkeypatch, _reset(), _api_error(409), objects={f"{path}/sa": {"metadata": {"name": "sa", **other}}})
+    assert kube.create_if_absent(None, path, body) is False
+    # No resend: a 409 is an object that existed before (not even looked at).
+    server = _Server(monkeypatch, _api_error(409), objects={f"{path}/sa": {"metadata": {"name": "sa", **MARKS}}})
+    assert kube.create_if_absent(None, path, body) is False
+    assert server.sent == [("POST", path)]
+
+
+def test_delete_if_present_counts_a_404_after_a_resend_as_its_own(monkeypatch):
+    _Server(monkeypatch, _reset(), _api_error(404))
+    assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is True
+    _Server(monkeypatch, _api_error(404))
+    assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is False
+    _Server(monkeypatch, _refused(), _Resp())
+    assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is True
