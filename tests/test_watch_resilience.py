@@ -333,3 +333,16 @@ def test_delete_if_present_counts_a_404_after_a_resend_as_its_own(monkeypatch):
     assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is False
     _Server(monkeypatch, _refused(), _Resp())
     assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is True
+
+
+def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
+    path = "/api/v1/namespaces/ns/pods"
+    body = {"metadata": {"name": "p", **MARKS}}
+    admitted = {"metadata": {"name": "p", "uid": "u1", **MARKS}}
+    _Server(monkeypatch, _reset(), _api_error(409), objects={f"{path}/p": admitted})
+    assert kube.create_object(None, path, body) == admitted
+    # Someone else's pod of that name: the 409 stands.
+    _Server(monkeypatch, _reset(), _api_error(409), objects={f"{path}/p": {"metadata": {"name": "p"}}})
+    with pytest.raises(client.ApiException) as e:
+        kube.create_object(None, path, body)
+    assert e.value.status == 409
