@@ -346,3 +346,28 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
     with pytest.raises(client.ApiException) as e:
         kube.create_object(None, path, body)
     assert e.value.status == 409
+
+
+# --- how the report sorts a result ---------------------------------------------------------------
+
+@pytest.mark.parametrize("status,message,category", [
+    pytest.param("failed", "Failed: clusterproof: the API server restarted during the steady phase\n",
+                 "Harness or environment error", id="harness-error-from-pytest-fail"),
+    pytest.param("broken", "fixtures.informer.InformerError: the watch of /api/v1/pods gave up after 120 s\n",
+                 "Harness or environment error", id="harness-exception"),
+    pytest.param("failed", "Failed: this module broke the control plane: kube-apiserver exited at 10:01:02 UTC\n",
+                 "Control plane broken (a module broke it, or it was broken before)", id="control-plane"),
+    pytest.param("failed", "AssertionError: pod startup SLO (p99 <= 5 s) broken at 10 pods/s\n", "SLO broken",
+                 id="slo"),
+    pytest.param("failed", "Failed: clusterproof: the SLO figures are void: the API server restarted\n",
+                 "Harness or environment error", id="harness-error-naming-an-slo"),
+    pytest.param("failed", "AssertionError: 2 check(s) now failing: a, b\n",
+                 "Regression against the baseline (--baseline: a figure or a check got worse)", id="regression"),
+    pytest.param("failed", "AssertionError: job burst-0: 3 of 18 pods bound\nassert False\n", "Cluster defect",
+                 id="cluster-defect"),
+])
+def test_every_result_lands_in_exactly_one_report_category(status, message, category):
+    """Allure puts a result in every category that matches; a harness error must not also count as a
+    cluster defect (nor a control-plane breakage as a harness error)."""
+    from reports.plugin import categories
+    assert categories(status, message) == [category]
