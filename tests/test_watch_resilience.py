@@ -371,3 +371,50 @@ def test_every_result_lands_in_exactly_one_report_category(status, message, cate
     cluster defect (nor a control-plane breakage as a harness error)."""
     from reports.plugin import categories
     assert categories(status, message) == [category]
+
+
+# --- the watch-bandwidth streams ------------------------------------------------------------------
+
+def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
+    """A watcher whose stream ended can never catch up: the wait ends as soon as every live one has,
+    and the cut one is left to the drop check (or to the restart's one line)."""
+    from types import SimpleNamespace
+
+    from fixtures.watch_bandwidth import wait_caught_up
+
+    class Pool:
+        def caught_up(self, state, rv, watchers):
+            return [f"#{w.index}" for w in watchers if w.view != state]
+    final = ("20", {"ns/s1": "20"})
+    live = SimpleNamespace(index=0, ended=None, view={"ns/s1": "20"})
+    cut = SimpleNamespace(index=1, ended="ClientPayloadError: Response payload is not completed", view={})
+    t0 = time.monotonic()
+    wait_caught_up(Pool(), [live, cut], final, timeout=30, what="caught up")
+    assert time.monotonic() - t0 < 1
+    behind = SimpleNamespace(index=2, ended=None, view={})
+    from fixtures.waiting import WaitTimeout
+    with pytest.raises(WaitTimeout, match="#2"):
+        wait_caught_up(Pool(), [live, cut, behind], final, timeout=0.3, what="caught up")
+
+
+# --- the preflight contract watch ----------------------------------------------------------------
+
+def test_a_bind_the_contract_watch_saw_only_in_a_relist_is_not_judged_but_named():
+    """After 410 Gone the informer relists: a pod first seen bound there (or bound while the node watch
+    was in such a gap) was bound at a moment nobody saw. Neither a violation nor a pass: one line."""
+    from fixtures.preflight_watch import ContractWatch
+    from tests.test_preflight_helpers import M, node, pod
+    w = ContractWatch(None, M, ("scope", "yes"))
+    w.pod_list_rv = 5
+    w._node("ADDED", node("n1", 10, labels={M.label_key: "pending", "scope": "yes"}, taints=[M.taint]))
+    w._pod("MODIFIED", pod("seen", "n1", rv=11))             # seen at its moment: a violation
+    w.pods.relisting = True
+    w._pod("ADDED", pod("in-relist", "n1", rv=30))           # first seen in a relist
+    w.pods.relisting = False
+    w.nodes.gaps.append(("12", "40"))
+    w._pod("MODIFIED", pod("in-node-gap", "n1", rv=35))      # the node's history around rv 35 is unknown
+    assert w.violations() == ["pod ns/seen was bound to node n1 while it had not passed preflight "
+                              "(label example.com/preflight=pending, taint example.com/preflight)"]
+    with pytest.raises(InformerError, match=r"missed the moment of 2 bind\(s\).*nodes 12->40.*"
+                                            r"pod ns/in-relist on node n1; pod ns/in-node-gap on node n1"):
+        w.check()
