@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
             clear_phase(c.api, ns, c.run_id, phase)
             step = {"rate": rate, "pods": pods, "seconds": round(pods / rate, 1),
                     **{k: run.figures.get(k) for k in KEEP},
-                    "incomplete": run.incomplete}
+                    "incomplete": run.incomplete, "interrupted": run.interrupted}
             step["slos_hold"] = holds(step, profile)
             steps.append(step)
             common.say(f"  create p99 {step['create_latency_server_p99_s']} s (apiserver), startup p99 "

@@ -25,20 +25,38 @@ from fixtures.run import RUN_LABEL
 from fixtures.stash import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
 
 RESULTS_DIR = Path(__file__).resolve().parent / "allure-results"
-# How the report sorts what did not pass (Allure takes the first category that matches).
+# How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
+# messageRegex match (the regex must match the whole status message, which allure-pytest writes as
+# "Failed: <message>" for pytest.fail and "AssertionError: <message>" for an assert), so each category
+# excludes the ones above it: a result lands in exactly one (``categories`` mirrors it; self-tested).
+_CONTROL_PLANE = "(?:this module broke the control plane|the control plane was already broken)"
+_HARNESS = "(?:Failed: )?clusterproof: "
+_SLO = ".*SLO.*broken"
+_REGRESSION = ".*(?:regressed beyond tolerance|check\\(s\\) now failing)"
+_NOT_CP = f"(?!.*{_CONTROL_PLANE})"
 CATEGORIES = [
     {"name": "Control plane broken (a module broke it, or it was broken before)",
      "matchedStatuses": ["failed", "broken"],
-     "messageRegex": "(?s).*(this module broke the control plane|the control plane was already broken).*"},
-    {"name": "Harness or environment error", "matchedStatuses": ["broken"]},
-    {"name": "Harness or environment error", "matchedStatuses": ["failed"], "messageRegex": "(?s)clusterproof: .*"},
-    {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": "(?s).*SLO.*broken.*"},
+     "messageRegex": f"(?s).*{_CONTROL_PLANE}.*"},
+    {"name": "Harness or environment error", "matchedStatuses": ["broken"], "messageRegex": f"(?s){_NOT_CP}.*"},
+    {"name": "Harness or environment error", "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}{_HARNESS}.*"},
+    {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS}){_SLO}.*"},
     {"name": "Known upstream limitation (strict expected failure)", "matchedStatuses": ["skipped"],
      "messageRegex": "(?s)XFAIL.*"},
     {"name": "Regression against the baseline (--baseline: a figure or a check got worse)",
-     "matchedStatuses": ["failed"], "messageRegex": "(?s).*(regressed beyond tolerance|check\\(s\\) now failing).*"},
-    {"name": "Cluster defect", "matchedStatuses": ["failed"]},
+     "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS})(?!{_SLO}){_REGRESSION}.*"},
+    {"name": "Cluster defect", "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS})(?!{_SLO})(?!{_REGRESSION}).*"},
 ]
+
+
+def categories(status: str, message: str | None) -> list[str]:
+    """The categories Allure gives a result (all that match, as its CategoriesPlugin does)."""
+    import re
+    return [c["name"] for c in CATEGORIES if status in c["matchedStatuses"]
+            and ("messageRegex" not in c or (message is not None and re.fullmatch(c["messageRegex"], message)))]
 
 
 def _cluster(item: pytest.Item):

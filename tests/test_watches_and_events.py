@@ -2,6 +2,10 @@
 
 - the informer resumes after ``410 Gone`` with a relist that emits DELETED
   for what vanished while it was not watching;
+- the informer and ``raw_request`` ride out a network that resets every
+  connection and refuses new ones for a while (a proxy in front of the real
+  apiserver): the store says it is stale meanwhile, then catches up from
+  its last resourceVersion;
 - a pod's events are its own by uid: a pod created again under an old name
   does not inherit its predecessor's verdicts;
 - "pods deleted" waits until they are gone, not merely terminating;
@@ -10,16 +14,21 @@
 """
 from __future__ import annotations
 
+import copy
 import json
+import socket
+import threading
+import time
 
 import pytest
+from kubernetes import client
 
 from fixtures import apimetrics
-from fixtures.informer import Informer
-from fixtures.kube import delete_if_present, raw_request
+from fixtures.informer import Informer, InformerError
+from fixtures.kube import delete_if_present, list_raw, raw_request
 from fixtures.pod_spec import pod_body
 from fixtures.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
-from fixtures.run import metadata
+from fixtures.run import RUN_LABEL, metadata
 from fixtures.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.selftest
@@ -121,3 +130,129 @@ def test_a_latency_window_is_taken_on_one_apiserver_replica(monkeypatch):
     assert apimetrics.scrape_same_replica(None, a) == a
     scrapes(*[b] * 10)
     assert apimetrics.scrape_same_replica(None, a) is None
+
+
+class CuttableLink(threading.Thread):
+    """A TCP proxy in front of the API server that can cut every connection (RST) and refuse new ones
+    for a while: a network or load balancer dropping the harness, with the control plane untouched."""
+
+    def __init__(self, upstream: tuple[str, int]):
+        super().__init__(daemon=True, name="cuttable link")
+        self.upstream, self.conns, self.lock = upstream, [], threading.Lock()
+        self.port = self._listen(0)
+        self.done = threading.Event()
+
+    def _listen(self, port: int) -> int:
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", port))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        return self.listener.getsockname()[1]
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                a, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:          # cut: no listener until the refusal ends
+                self.done.wait(0.05)
+                continue
+            b = socket.create_connection(self.upstream)
+            with self.lock:
+                self.conns += [a, b]
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self, refuse_s: float) -> None:
+        """Reset every open connection and refuse new ones for ``refuse_s``."""
+        listener, self.listener = self.listener, socket.socket()   # accept() now fails: refused
+        listener.close()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for c in conns:
+            try:
+                # Linger 0: the close resets the connection; shutdown wakes the pump blocked on it first.
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        threading.Timer(refuse_s, lambda: self._listen(self.port)).start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.listener.close()
+        with self.lock:
+            for c in self.conns:
+                c.close()
+
+
+@pytest.fixture
+def link(cluster):
+    """An API client whose every connection goes through a ``CuttableLink`` to the cluster's API server."""
+    cfg = copy.deepcopy(cluster.api.configuration)
+    host, port = cfg.host.split("://", 1)[1].rsplit(":", 1)
+    proxy = CuttableLink((host, int(port)))
+    proxy.start()
+    cfg.host = f"https://127.0.0.1:{proxy.port}"
+    api = client.ApiClient(cfg)
+    try:
+        yield proxy, api
+    finally:
+        proxy.stop()
+        api.close()
+
+
+def test_the_informer_reconnects_after_a_connection_reset(cluster, namespace, run_id, link):
+    proxy, via = link
+    path, mine = f"/api/v1/namespaces/{namespace}/configmaps", {"labelSelector": f"{RUN_LABEL}={run_id}"}
+
+    def cm(name):
+        raw_request(cluster.api, "POST", path, body={"metadata": metadata(name, run_id)}).data
+    seen = []
+    cm("a")
+    inf = Informer(via, path, mine, on_event=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+                   chunk_s=5).start()
+    try:
+        assert inf.connected and inf.get("a", namespace) is not None
+        proxy.cut(refuse_s=4)
+        # While the link is down: a goes, b comes. The store still shows a, and says it is stale.
+        raw_request(cluster.api, "DELETE", f"{path}/a").data
+        cm("b")
+        wait_for(lambda: inf.stale_s, until=lambda s: s > 1, timeout=10, interval=0.1,
+                 what="the informer noticing the cut")
+        assert not inf.connected and inf.get("a", namespace) is not None
+        with pytest.raises(InformerError, match="cut off for"):
+            inf.check(max_stale_s=0.5)
+        # A read sent while the link refuses connections is retried until it opens again.
+        t0 = time.monotonic()
+        assert [o["metadata"]["name"] for o in list_raw(via, path, mine)["items"]] == ["b"]
+        assert time.monotonic() - t0 < 30
+        wait_for(lambda: inf.get("b", namespace) is not None and inf.get("a", namespace) is None, timeout=30,
+                 interval=0.1, what="the informer caught up after the link came back")
+        inf.check(max_stale_s=0.5)
+        assert inf.connected and inf.stale_s == 0
+        # Resumed from its last resourceVersion (the apiserver still had the events): no relist.
+        assert inf.relists == 0, f"{inf.relists} relists; outages: {inf.outages}"
+        assert seen == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "b")], seen
+        assert inf.outages and inf.outages[0].ended is not None, inf.outages
+        assert any(w in inf.outages[0].error.lower() for w in ("reset", "refused", "ended", "broken")), \
+            inf.outages[0]
+    finally:
+        inf.stop()
