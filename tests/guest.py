@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,7 +21,11 @@ from fixtures import access
 from fixtures import admission as adm
 from fixtures.isolation import PRIORITY_CLASSES
 from fixtures.kube import create_if_absent, delete_if_present, raw_request
+from fixtures.pernode_service import PerNodeService, Step
+from fixtures.pods import delete_run_pods
 from fixtures.run import metadata
+from fixtures.waiting import wait_for
+from fixtures.watch_bandwidth import pool_nodes
 
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
@@ -87,3 +92,30 @@ def team_namespaces(api, profile, sre: str):
 def team_setting(names: dict[str, str]) -> str:
     """``--set`` value naming the team namespaces."""
     return "team_namespaces=" + ",".join(f"{team}={ns}" for team, ns in names.items())
+
+
+@contextmanager
+def churned_service(api, profile, owner: str, endpoints: int = 150):
+    """Someone else's Service, as on a real cluster: a per-node Service of ``endpoints`` endpoints in a
+    namespace of ``owner``'s, one of its pods flipped ready/unready every second by a thread (what the
+    watch suite's read-only mode measures, ``watch_service=<namespace>/<name>``); removed afterwards."""
+    ns = f"cp-{owner[-4:]}-existing-{os.urandom(2).hex()}"
+    raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, owner)}).data
+    svc = PerNodeService(api, ns, owner, pool_nodes(api, profile), "node-exporter")
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.wait(1.0):
+            svc.apply(Step("unready" if i % 2 == 0 else "ready", slot=17), endpoints)
+            i += 1
+    try:
+        svc.create()
+        svc.grow(endpoints)
+        wait_for(svc.differences, until=lambda d: not d, timeout=120, interval=1, what="the existing Service settled")
+        threading.Thread(target=churn, daemon=True).start()
+        yield f"{ns}/{svc.name}", svc
+    finally:
+        stop.set()
+        delete_run_pods(api, ns, owner)
+        delete_if_present(api, f"/api/v1/namespaces/{ns}")

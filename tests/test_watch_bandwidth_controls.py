@@ -21,16 +21,12 @@ configured differently, which the suite then starts itself):
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
-from fixtures.kube import delete_if_present, list_raw, raw_request
-from fixtures.pernode_service import PerNodeService, Step
-from fixtures.pods import delete_run_pods
-from fixtures.run import RUN_LABEL, metadata
+from fixtures.kube import list_raw
+from fixtures.run import RUN_LABEL
 from fixtures.waiting import wait_for
-from fixtures.watch_bandwidth import pool_nodes
 from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
 from tests import guest
@@ -123,29 +119,9 @@ def test_byte_count_against_the_other_apis_metric_fails_the_agreement(cluster, p
 
 @pytest.fixture
 def churned_service(cluster, profile, run_id):
-    """A per-node Service of 150 endpoints in a namespace of this session, flipped ready/unready by a
-    thread every second (someone else's churn, as on a real cluster); removed afterwards."""
-    ns = f"cp-{run_id[-4:]}-existing-{os.urandom(2).hex()}"
-    raw_request(cluster.api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
-    svc = PerNodeService(cluster.api, ns, run_id, pool_nodes(cluster.api, profile), "node-exporter")
-    stop = threading.Event()
-
-    def churn():
-        i = 0
-        while not stop.wait(1.0):
-            svc.apply(Step("unready" if i % 2 == 0 else "ready", slot=17), 150)
-            i += 1
-    try:
-        svc.create()
-        svc.grow(150)
-        wait_for(svc.differences, until=lambda d: not d, timeout=120, interval=1, what="the existing Service settled")
-        t = threading.Thread(target=churn, daemon=True)
-        t.start()
-        yield f"{ns}/{svc.name}", svc
-    finally:
-        stop.set()
-        delete_run_pods(cluster.api, ns, run_id)
-        delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+    """A per-node Service of 150 endpoints that something else churns (tests/guest.py)."""
+    with guest.churned_service(cluster.api, profile, run_id) as found:
+        yield found
 
 
 @pytest.fixture

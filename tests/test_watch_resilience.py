@@ -251,6 +251,9 @@ class _Server:
         self.sent.append((method, path))
         if method == "GET" and path in self.objects:
             return _Resp(json.dumps(self.objects[path]).encode())
+        named = (query or {}).get("fieldSelector", "").removeprefix("metadata.name=")
+        if method == "GET" and named and f"{path}/{named}" in self.objects:   # a LIST by name
+            return _Resp(json.dumps({"items": [self.objects[f"{path}/{named}"]]}).encode())
         step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
         if isinstance(step, BaseException):
             raise step
