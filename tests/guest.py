@@ -20,7 +20,7 @@ import yaml
 from fixtures import access
 from fixtures import admission as adm
 from fixtures.isolation import PRIORITY_CLASSES
-from fixtures.kube import create_if_absent, delete_if_present, raw_request
+from fixtures.kube import create_if_absent, delete_if_present, list_raw, raw_request
 from fixtures.pernode_service import PerNodeService, Step
 from fixtures.pods import delete_run_pods
 from fixtures.run import metadata
@@ -95,13 +95,17 @@ def team_setting(names: dict[str, str]) -> str:
 
 
 @contextmanager
-def churned_service(api, profile, owner: str, endpoints: int = 150):
+def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | None = None):
     """Someone else's Service, as on a real cluster: a per-node Service of ``endpoints`` endpoints in a
     namespace of ``owner``'s, one of its pods flipped ready/unready every second by a thread (what the
-    watch suite's read-only mode measures, ``watch_service=<namespace>/<name>``); removed afterwards."""
+    watch suite's read-only mode measures, ``watch_service=<namespace>/<name>``); removed afterwards.
+    ``pool``: only that node pool's nodes (default: the profile's ``watch_pool``)."""
     ns = f"cp-{owner[-4:]}-existing-{os.urandom(2).hex()}"
     raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, owner)}).data
-    svc = PerNodeService(api, ns, owner, pool_nodes(api, profile), "node-exporter")
+    nodes = (pool_nodes(api, profile) if pool is None else
+             sorted(n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
+                                                           {"labelSelector": f"{profile.pool_label}={pool}"})["items"]))
+    svc = PerNodeService(api, ns, owner, nodes, "node-exporter")
     stop = threading.Event()
 
     def churn():

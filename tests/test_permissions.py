@@ -23,6 +23,7 @@ one line naming it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -112,30 +113,36 @@ def _audited_call(ev: dict) -> Call:
     ref = ev.get("objectRef")
     if not ref:
         return Call(ev["verb"], path=urlsplit(ev["requestURI"]).path)
+    # The audit log files a namespace under its own name; RBAC (and the recorder) see it cluster-scoped.
+    ns = "" if ref.get("resource") == "namespaces" else ref.get("namespace", "")
     return Call(ev["verb"], ref.get("apiGroup", ""), ref.get("resource", ""), ref.get("subresource", ""),
-                ref.get("namespace", ""), ref.get("name", ""))
+                ns, ref.get("name", ""))
 
 
 @pytest.fixture(scope="module")
 def guest_runs(cluster, profile, tmp_path_factory) -> dict[str, GuestRun]:
     """Every suite as the ServiceAccount, read-only then destructive, on a cluster set up by an 'SRE'."""
     api, out = cluster.api, {}
-    with guest.team_namespaces(api, profile, "sre-perm") as teams, \
-            guest.churned_service(api, profile, "sre-perm") as (existing, _svc):
-        # What an SRE sets for a cluster: its team namespaces and gang scheduler, a pool the guest's own
-        # pods may use; read-only, an existing Service someone churns; destructive, native gangs too.
-        settings = {"read-only": [f"watch_service={existing}", "watch_window_s=15"],
-                    "destructive": ["watch_pool=shared", "gang_scale_size=20", "gang_native=true"]}
+    with guest.team_namespaces(api, profile, "sre-perm") as teams:
         for mode in ("read-only", "destructive"):
             work = tmp_path_factory.mktemp(f"guest-{mode}")
             kubeconfig, token = guest.kubeconfig_for(api, work)
+            # What an SRE sets for a cluster: its team namespaces and gang scheduler; read-only, an existing
+            # Service someone else churns (on the shared pool); destructive, a pool the guest's own pods may
+            # use, and native gangs too.
+            settings = {"read-only": ["watch_window_s=15"],
+                        "destructive": ["watch_pool=shared", "gang_scale_size=20", "gang_native=true"]}[mode]
             extra = access.manifest_docs(True)[len(access.manifest_docs(False)):] if mode == "destructive" else []
-            with guest.applied(api, extra):
+            existing = (guest.churned_service(api, profile, "sre-perm", pool="shared") if mode == "read-only"
+                        else contextlib.nullcontext(None))
+            with guest.applied(api, extra), existing as churned:
+                if churned:
+                    settings.append(f"watch_service={churned[0]}")
                 t0 = time.time()
                 run = run_pytest(["suites", "-k", NEEDS_CONTAINERS, "--kubeconfig", str(kubeconfig),
                                   "--as-real-cluster", "--profile", profile.name,
                                   f"--set={guest.team_setting(teams)}", f"--set=gang_scheduler_name={OWN_SCHEDULER}",
-                                  *[f"--set={s}" for s in settings[mode]], f"--api-calls={work / 'calls.json'}",
+                                  *[f"--set={s}" for s in settings], f"--api-calls={work / 'calls.json'}",
                                   *(["--allow-destructive"] if mode == "destructive" else [])],
                                  work, timeout=1500)
                 t1 = time.time()
