@@ -50,16 +50,50 @@ def kubeconfig_for(api, directory: Path, namespace: str = access.HOME, name: str
 
 @contextmanager
 def applied(api, docs: list[dict]):
-    """``docs`` created (what was already there is kept), and what was created here removed afterwards."""
+    """``docs`` created (what was already there is kept), and what was created here removed afterwards.
+
+    Returns once every binding among them is in effect: the authorizer reads RBAC objects from a cache,
+    and a run started right after ``kubectl apply`` may otherwise be refused what was just granted."""
     made = []
     try:
         for path, doc in access.object_paths(docs):
             if create_if_absent(api, path, doc):
                 made.append(f"{path}/{doc['metadata']['name']}")
+        for doc in docs:
+            _wait_effective(api, doc, docs)
         yield
     finally:
         for path in reversed(made):
             delete_if_present(api, path)
+
+
+def _wait_effective(api, binding: dict, docs: list[dict]) -> None:
+    """Until the first rule of ``binding``'s role (if it is among ``docs``) is allowed to its first subject,
+    as the API server's authorizer answers (a SubjectAccessReview, asked by the admin)."""
+    if binding.get("kind") not in ("ClusterRoleBinding", "RoleBinding") or not binding.get("subjects"):
+        return
+    ref = binding["roleRef"]
+    role = next((d for d in (*docs, *access.manifest_docs(True))
+                 if d["kind"] == ref["kind"] and d["metadata"]["name"] == ref["name"]), None)
+    rule = next((r for r in (role or {}).get("rules") or [] if r.get("resources")), None)
+    if rule is None:
+        return
+    sa = binding["subjects"][0]
+    user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+    attrs = {"group": rule["apiGroups"][0], "resource": rule["resources"][0].split("/")[0],
+             "verb": rule["verbs"][0], "namespace": binding["metadata"].get("namespace", "")}
+    if "/" in rule["resources"][0]:
+        attrs["subresource"] = rule["resources"][0].split("/", 1)[1]
+    if rule.get("resourceNames"):
+        attrs["name"] = rule["resourceNames"][0]
+
+    def allowed() -> bool:
+        review = json.loads(raw_request(api, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa['namespace']}",
+                                              "system:authenticated"], "resourceAttributes": attrs}}).data)
+        return bool(review["status"].get("allowed"))
+    wait_for(allowed, timeout=30, interval=0.2, what=f"{binding['kind']} {binding['metadata']['name']} in effect")
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 RBAC terms, the manifest's rules, the informer's relist, the permission list, waiting, one-line errors."""
 from __future__ import annotations
 
+import json
 import math
 import types
 
@@ -10,7 +11,7 @@ from kubernetes import client
 
 from fixtures import access, apimetrics, kube, node_taints
 from fixtures.access import Manifest
-from fixtures.apicalls import Call, classify
+from fixtures.apicalls import Call, classify, refused_by_rbac
 from fixtures.errors import HarnessError
 from fixtures.informer import Gone, Informer
 from fixtures.node_plan import node_plan
@@ -300,3 +301,17 @@ def test_a_node_rewritten_ten_times_in_a_row_gives_up_in_one_line(monkeypatch):
     with pytest.raises(HarnessError, match="node n1 could not be written: 10 write conflicts in a row"):
         node_taints.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
     assert len(writes) == 10 and all(w["metadata"]["resourceVersion"] == "7" for w in writes)
+
+
+def test_a_403_from_rbac_is_told_apart_from_an_admission_denial():
+    """A check that expects admission to refuse must not take the authorizer's refusal as that verdict."""
+    def err(message):
+        return client.ApiException(status=403, reason="Forbidden",
+                                   http_resp=types.SimpleNamespace(status=403, reason="Forbidden", headers={}, data=json.dumps(
+                                       {"kind": "Status", "message": message}).encode()))
+    rbac = err('pods "p" is forbidden: User "system:serviceaccount:clusterproof:clusterproof" cannot patch '
+               'resource "pods" in API group "" in the namespace "team-a"')
+    admission = err("pods \"p\" is forbidden: ValidatingAdmissionPolicy 'x' with binding 'y' denied request: "
+                    "pod p may not tolerate another team's taint")
+    assert refused_by_rbac(rbac) and not refused_by_rbac(admission)
+    assert not refused_by_rbac(client.ApiException(status=409, reason="Conflict"))
