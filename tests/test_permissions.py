@@ -221,7 +221,7 @@ def test_a_manifest_without_a_rule_the_code_needs_names_the_call(guest_runs):
     g = guest_runs["destructive"]
     smaller = Manifest.from_docs(docs, g.teams, pool=g.manifest.pool)
     bad = [c.describe() for c in smaller.disallowed(g.calls)]
-    assert bad and all(d.startswith("patch nodes/") for d in bad), bad
+    assert bad and all(d.startswith("patch nodes ") and d.endswith("(cluster scope)") for d in bad), bad
 
 
 # --- what the ServiceAccount cannot do, asked of the API server ----------------------------------
@@ -358,3 +358,13 @@ def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
     docs = list(yaml.safe_load_all(out.stdout))
     assert [(d["metadata"]["namespace"], d["roleRef"]["name"]) for d in docs] == \
         [("ml-research", access.TEAM_ROLE), ("ml-applied", access.TEAM_ROLE)]
+
+
+@pytest.mark.parametrize("admission", ["harness", "wildcard"])
+def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, admission, tmp_path):
+    """On a cluster it does not own the taint suite checks the cluster's own admission: a profile asking the
+    harness to install its policies there ends the run before any test, saying why."""
+    run = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig), "--as-real-cluster",
+                      f"--set=team_admission={admission}"], tmp_path, timeout=120)
+    assert_one_line(run, f"team_admission={admission} installs admission policies",
+                    "test the cluster's own admission (team_admission: cluster)")
