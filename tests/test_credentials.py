@@ -30,11 +30,11 @@ import yaml
 
 from fixtures import redact
 from fixtures.errors import HarnessError
-from fixtures.kube import delete_if_present
 from fixtures.promclient import Prom
 from fixtures.promserver import runs_root
 from tests.harness import background_pytest, ended_early, run_pytest
-from tests.test_permissions import RBAC_API, _kubeconfig_for
+from fixtures.access import HOME
+from tests import guest
 from tests.test_prometheus_bad_input import assert_nowhere
 from tests.test_prometheus_cleanup import _running_prometheus
 
@@ -134,12 +134,13 @@ def test_passwords_in_urls_are_used_but_never_shown(cluster, basic_auth_promethe
 def token_kubeconfig(cluster, run_id, tmp_path):
     """A kubeconfig of this session's cluster that authenticates with a bearer token (a ServiceAccount
     bound to cluster-admin): what the embedded Prometheus copies to ``apiserver.token``."""
-    path, token, (ns, binding) = _kubeconfig_for(cluster, run_id, "cluster-admin", tmp_path)
-    try:
-        yield path, token
-    finally:
-        delete_if_present(cluster.api, f"{RBAC_API}/clusterrolebindings/{binding}")
-        delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
+    sa = f"cp-token-{run_id[-4:]}"
+    docs = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": HOME}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": sa},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": HOME}]}]
+    with guest.applied(cluster.api, docs):
+        yield guest.kubeconfig_for(cluster.api, tmp_path, name=sa)
 
 
 @pytest.mark.parametrize("end", ["normal-end", "sigkill"])
