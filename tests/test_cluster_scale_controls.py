@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.kube import raw_request
+from fixtures.kube import delete_if_present, merge_patch, raw_request
 from fixtures.nodes import node_bodies, node_name
 from fixtures.node_plan import node_plan
 from tests.harness import allure_results, run_pytest
@@ -35,17 +35,16 @@ def victims(profile):
 @pytest.fixture
 def broken_cluster(cluster, profile, run_id, victims):
     """Break three nodes of the embedded cluster; put them back afterwards."""
-    core = cluster.core
+    api, nodes = cluster.api, "/api/v1/nodes"
     original = {b["metadata"]["name"]: b for b in node_bodies(profile, run_id)}
-    core.delete_node(victims["missing"])
-    core.patch_node(victims["untainted"], {"spec": {"taints": []}})
+    delete_if_present(api, f"{nodes}/{victims['missing']}")
+    merge_patch(api, f"{nodes}/{victims['untainted']}", {"spec": {"taints": None}})
     gpus = {"nvidia.com/gpu": "4"}
-    core.patch_node_status(victims["misshaped"],
-                           {"status": {"capacity": gpus, "allocatable": gpus}})
+    merge_patch(api, f"{nodes}/{victims['misshaped']}/status", {"status": {"capacity": gpus, "allocatable": gpus}})
     yield cluster
-    raw_request(cluster.api, "POST", "/api/v1/nodes", body=original[victims["missing"]]).data
-    core.patch_node(victims["untainted"], {"spec": original[victims["untainted"]]["spec"]})
-    core.patch_node_status(victims["misshaped"], {"status": original[victims["misshaped"]]["status"]})
+    raw_request(api, "POST", nodes, body=original[victims["missing"]]).data
+    merge_patch(api, f"{nodes}/{victims['untainted']}", {"spec": original[victims["untainted"]]["spec"]})
+    merge_patch(api, f"{nodes}/{victims['misshaped']}/status", {"status": original[victims["misshaped"]]["status"]})
 
 
 def _args(cluster, profile, *extra):
