@@ -32,12 +32,14 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from kubernetes import client
 
 from fixtures import access
 from fixtures.access import FORBIDDEN, Manifest, over_broad
 from fixtures.apicalls import FORBIDDEN_RBAC, Call, load_dump
-from fixtures.kube import load_client, merge_patch
 from fixtures.coscheduling import OWN_SCHEDULER
+from fixtures.kube import api_message, load_client, merge_patch, raw_request
+from fixtures.waiting import wait_for
 from load.identity import LOAD_RULES
 from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
@@ -368,3 +370,51 @@ def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, a
                       f"--set=team_admission={admission}"], tmp_path, timeout=120)
     assert_one_line(run, f"team_admission={admission} installs admission policies",
                     "test the cluster's own admission (team_admission: cluster)")
+
+
+def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_narrow_flow(cluster, tmp_path):
+    """RBAC cannot restrict `create` by name; the ValidatingAdmissionPolicy of rbac-destructive.yaml does.
+    As the ServiceAccount: a FlowSchema of another name, one named clusterproof-flood that would match
+    everyone's requests, and a level that borrows seats are all refused; the narrow one is admitted
+    (server-side dry run: nothing is stored)."""
+    extra = access.manifest_docs(True)[len(access.manifest_docs(False)):]
+    fs, pl = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", \
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations"
+    pool = access.pool_namespaces(cluster.api)[0]
+
+    def schema(name, subject):
+        return {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
+                "spec": {"priorityLevelConfiguration": {"name": "clusterproof-flood"}, "matchingPrecedence": 1000,
+                         "rules": [{"subjects": [subject], "nonResourceRules": [{"verbs": ["*"],
+                                                                                 "nonResourceURLs": ["*"]}]}]}}
+    ours = {"kind": "ServiceAccount", "serviceAccount": {"namespace": pool, "name": "clusterproof-load"}}
+    everyone = {"kind": "Group", "group": {"name": "system:authenticated"}}
+
+    def level(shares, lendable=0):
+        return {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+                "metadata": {"name": "clusterproof-flood"},
+                "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares, "lendablePercent": lendable,
+                                                         "limitResponse": {"type": "Reject"}}}}
+    with guest.applied(cluster.api, extra):
+        sa = load_client(guest.kubeconfig_for(cluster.api, tmp_path)[0])
+
+        def answer(path, body) -> str:
+            try:
+                raw_request(sa, "POST", path, {"dryRun": "All"}, body=body).data
+                return "admitted"
+            except client.ApiException as e:
+                return f"{e.status}: {api_message(e)}"
+        # The policy reaches the apiserver's admission cache asynchronously after it is applied.
+        wait_for(lambda: answer(fs, schema("not-clusterproof", ours)), until=lambda a: a != "admitted", timeout=30,
+                 interval=0.5, what="the fixed-name policy in effect")
+        verdicts = {"other name": answer(fs, schema("not-clusterproof", ours)),
+                    "matches everyone": answer(fs, schema("clusterproof-flood", everyone)),
+                    "too many shares": answer(pl, level(100)),
+                    "lends seats": answer(pl, level(1, lendable=50)),
+                    "the narrow flow": answer(fs, schema("clusterproof-flood", ours)),
+                    "the narrow level": answer(pl, level(1))}
+    assert "may create only the FlowSchema and priority level named clusterproof-flood" in verdicts["other name"], verdicts
+    assert "may match only ServiceAccounts of its pool namespaces" in verdicts["matches everyone"], verdicts
+    assert "must be Limited, at most 10 shares" in verdicts["too many shares"], verdicts
+    assert "lending and borrowing nothing" in verdicts["lends seats"], verdicts
+    assert verdicts["the narrow flow"] == verdicts["the narrow level"] == "admitted", verdicts
