@@ -80,6 +80,27 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
             proc.wait(timeout=60)
 
 
+# A request whose client dies mid-flight is counted by kube-apiserver as a 504 ("Timeout or abort while
+# handling": its timeout filter answers the abandoned request), so a run killed on purpose would read as a
+# server error to the module's API health guard. Each such kill is excused, and said.
+KILL_EXCUSE = ("a harness run SIGKILLed on purpose by this self-test: kube-apiserver counts the requests it "
+               "had in flight as 504 (client abort)")
+
+
+def kill_run(proc: subprocess.Popen, api_guard, new_session: bool = False, gone=None) -> None:
+    """SIGKILL a background run (its process group with ``new_session``) and wait for it -- and for ``gone()``
+    (e.g. its children that die with it) -- inside the guard's excuse for exactly that."""
+    with api_guard.excuse(KILL_EXCUSE):
+        if new_session:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait(timeout=60)
+        if gone is not None:
+            from fixtures.waiting import wait_for
+            wait_for(gone, timeout=30, interval=0.2, what="the killed run's processes gone")
+
+
 def ended_early(proc: subprocess.Popen) -> None:
     """Raise (with its output) if a background run ended before it was interrupted."""
     if proc.poll() is not None:

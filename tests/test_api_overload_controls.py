@@ -38,8 +38,8 @@ from fixtures.kube import get_if_present
 from fixtures.liveness import RunLease, wait_expired
 from fixtures.overload import FLOW_NAME
 from fixtures.waiting import wait_for
-from tests.harness import (allure_results, background_pytest, ended_early, interrupt,
-                           run_leftovers, run_pytest)
+from tests.harness import (allure_results, background_pytest, ended_early, interrupt, kill_run, run_leftovers,
+                           run_pytest)
 from tests.test_burst_controls import EtcdStalls
 
 pytestmark = pytest.mark.selftest
@@ -257,13 +257,13 @@ def test_interrupted_flood_leaves_no_flow_schema_or_level(cluster, profile, tmp_
     _assert_nothing_left(cluster, rid)
 
 
-def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, tmp_path):
+def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, api_guard, tmp_path):
     """SIGKILL mid-flood (no teardown runs): the run's FlowSchema, level and namespaces stay until its
     Lease expires; the next run's sweeper removes them."""
     dead = f"apfctl-{os.urandom(2).hex()}"
     with _start(cluster, profile, dead, tmp_path / "dead", "apf_flood_s=120", "run_lease_duration_s=10") as proc:
         _wait_flooding(cluster, proc, dead)
-    # leaving the block SIGKILLed pytest and its locust (their process group): nothing could clean up
+        kill_run(proc, api_guard, new_session=True)   # pytest and its locust: nothing can clean up
     assert _flow_exists(cluster, dead), "SIGKILL should have left the FlowSchema behind"
     wait_expired(cluster.api, dead, timeout=60)
     rid, run = _run(cluster, profile, tmp_path / "next", select="expectations")

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import threading
 import xml.etree.ElementTree as ET
@@ -32,7 +31,7 @@ from fixtures import redact
 from fixtures.errors import HarnessError
 from fixtures.promclient import Prom
 from fixtures.promserver import runs_root
-from tests.harness import background_pytest, ended_early, run_pytest
+from tests.harness import background_pytest, ended_early, kill_run, run_pytest
 from fixtures.access import HOME
 from tests import guest
 from tests.test_prometheus_bad_input import assert_nowhere
@@ -144,7 +143,7 @@ def token_kubeconfig(cluster, run_id, tmp_path):
 
 
 @pytest.mark.parametrize("end", ["normal-end", "sigkill"])
-def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_kubeconfig, tmp_path):
+def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_kubeconfig, api_guard, tmp_path):
     path, token = token_kubeconfig
     run_id = f"tok-{os.urandom(2).hex()}"
     directory = runs_root() / f"cp-{run_id}"
@@ -160,7 +159,7 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
             assert copy.read_text() == token, "the embedded Prometheus does not scrape with the run's token"
             assert stat.S_IMODE(copy.stat().st_mode) == 0o600, oct(copy.stat().st_mode)
             if end == "sigkill":
-                proc.send_signal(signal.SIGKILL)
+                kill_run(proc, api_guard)
             out, _ = proc.communicate(timeout=300)
         if end == "normal-end":
             assert proc.returncode == 0, out[-3000:]

@@ -35,7 +35,7 @@ from fixtures.nodes import node_bodies
 from fixtures.preflight_contract import Marks
 from fixtures.run import RUN_LABEL
 from fixtures.waiting import wait_for
-from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
+from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt, kill_run,
                            run_leftovers, run_pytest)
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
@@ -201,16 +201,15 @@ def test_interrupted_run_leaves_no_node_mark_agent_or_event(cluster, profile, ru
     assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the run's fault file is left"
 
 
-def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, tmp_path):
+def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, api_guard, tmp_path):
     """SIGKILL: nothing can clean up. The agent dies with the harness; the next run's sweeper removes
     the scratch nodes and the Events once the killed run's Lease has expired."""
     rid = f"pfdead-{os.urandom(2).hex()}"
     with _start(cluster, profile, tmp_path, rid, "run_lease_duration_s=10", select="in_service") as proc:
         _wait_cordoned(cluster, proc, rid)
-    # leaving the block SIGKILLed the run: nothing could clean up
-    wait_for(lambda: [p.pid for p in psutil.process_iter(["cmdline"])
-                      if rid in (p.info["cmdline"] or []) and "fixtures.preflight_agent" in " ".join(p.info["cmdline"])],
-             until=lambda alive: not alive, timeout=30, interval=0.5, what=f"the killed run {rid}'s agent gone")
+        kill_run(proc, api_guard, gone=lambda: not [
+            p.pid for p in psutil.process_iter(["cmdline"])
+            if rid in (p.info["cmdline"] or []) and "fixtures.preflight_agent" in " ".join(p.info["cmdline"])])
     left = run_leftovers(cluster.api, rid)
     assert any(x.startswith("scratch node") for x in left), left   # the kill really left something
     wait_expired(cluster.api, rid, timeout=60)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,7 @@ from fixtures.ownership import OwnerRecord, is_recorded
 from fixtures.pod_spec import pod_body
 from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from fixtures.waiting import wait_for
-from tests.harness import ROOT, background_pytest, ended_early, run_leftovers, run_pytest
+from tests.harness import ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest
 SCALE = "suites/test_cluster_scale.py"
@@ -195,7 +194,8 @@ def team_namespace(cluster, profile):
         delete_if_present(cluster.api, f"/api/v1/namespaces/{ns}")
 
 
-def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster, profile, team_namespace, tmp_path):
+def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster, profile, team_namespace, api_guard,
+                                                                        tmp_path):
     """A run of the taint suite, SIGKILLed while its whole-node pods sit in a team's namespace: the next
     run removes exactly those pods (its owner record names them), and leaves the team's own pod."""
     api, rid = cluster.api, f"killed-{os.urandom(2).hex()}"
@@ -211,8 +211,7 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
             return [p for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
                                         {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
         wait_for(pods_there, timeout=240, interval=0.5, what=f"run {rid}'s pods in team namespace {team_namespace}")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill_run(proc, api_guard, new_session=True)
     left = [p["metadata"]["name"] for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
                                                      {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
     assert left and all(is_recorded(api, HOME, rid, f"/api/v1/namespaces/{team_namespace}/pods/{n}") for n in left)
