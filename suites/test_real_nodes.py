@@ -31,7 +31,7 @@ import allure
 import pytest
 
 from fixtures import hostpkgs, realnodes
-from fixtures.kube import get_if_present
+from fixtures.kube import get_if_present, list_raw
 from fixtures.node_taints import add_taint, remove_taint
 from fixtures.pod_spec import pod_body
 from fixtures.pods import create_pods, delete_pods, list_pods
@@ -69,6 +69,9 @@ def _real_pod(name: str, run_id: str, node: str, image: str, tolerations: list[d
                     hostnames=[node])
     c = body["spec"]["containers"][0]
     c["image"], c["imagePullPolicy"] = image, "IfNotPresent"
+    # Requests only: a real container under the simulated pods' 10m CPU limit gets 1 ms of CPU per 100 ms,
+    # and runc's own start-up inside the pod's cgroup then takes 5-6 s (measured here).
+    c["resources"].pop("limits", None)
     body["spec"]["terminationGracePeriodSeconds"] = 5
     return body
 
@@ -122,9 +125,20 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
 @pytest.mark.smoke
 def test_real_containers_and_kwok_pods_start_within_the_pod_startup_slo(real, cluster, namespace, run_id):
     """Created -> Ready for pods on a real node (sandbox, CNI, container start; image present) and for the
-    same pods on kwok nodes, side by side; the pod startup SLO (p99 <= 5 s) applies to both."""
+    same pods on kwok nodes, side by side; the pod startup SLO (p99 <= 5 s) applies to both. As in the burst
+    suite's steady phase, the node's first pod ever (its QoS cgroups, CNI bridge and first sandbox are made
+    then) is a warm-up: measured and reported, not held to the SLO."""
     api, node = cluster.api, real.names[0]
     image = real.images["pause"].ref
+    warm = _real_pod("startup-warm-up", run_id, node, image)
+    create_pods(api, namespace, [warm])
+    try:
+        first = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/startup-warm-up"),
+                         until=lambda p: _started_s(p or {}) is not None, timeout=120, interval=0.5,
+                         what="the warm-up pod Ready on the real node")
+    finally:
+        delete_pods(api, namespace, ["startup-warm-up"])
+    measured(f"pod startup, first pod on the node (warm-up), {REAL}", _started_s(first), "s")
     bodies = {REAL: [_real_pod(f"startup-real-{i}", run_id, node, image) for i in range(STARTUP_PODS)],
               KWOK: [pod_body(f"startup-kwok-{i}", run_id) for i in range(STARTUP_PODS)]}
     for b in bodies[KWOK]:
@@ -194,23 +208,32 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
         refused["spec"].pop("affinity", None)
         refused["spec"]["nodeName"] = rn.name
         create_pods(api, namespace, [refused])
-        seen = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/refused"),
-                        until=lambda p: p is None or (p.get("status") or {}).get("phase") in ("Failed", "Running"),
-                        timeout=60, interval=0.2, what="the kubelet's answer to an untolerating pod")
-        status = (seen or {}).get("status") or {}
-        allure.attach(json.dumps(status, indent=1), "the untolerating pod's status", allure.attachment_type.JSON)
-        if seen is None:
-            problems.append("the untolerating pod was deleted before the kubelet answered (taint eviction was "
-                            "faster): the kubelet's own refusal was not observed")
-        elif status.get("phase") != "Failed" or "taint" not in (status.get("message") or "").lower():
-            problems.append(f"the kubelet admitted a pod that does not tolerate {EVICT_TAINT}:NoExecute "
-                            f"(phase {status.get('phase')}, {status.get('reason')}: {status.get('message')})")
-        elif any((cs.get("state") or {}).get("running") for cs in status.get("containerStatuses") or []):
-            problems.append("the refused pod's container ran")
+        # The taint-eviction controller deletes such a pod within a second; the kubelet's refusal is its Event.
+        try:
+            said = wait_for(lambda: _pod_events(api, namespace, "refused"),
+                            until=lambda evs: any(e["from"] == "kubelet" and e["reason"] == "TaintToleration"
+                                                  for e in evs), timeout=60, interval=0.5,
+                            what="the kubelet's TaintToleration refusal of the untolerating pod")
+        except WaitTimeout:
+            said = _pod_events(api, namespace, "refused")
+            problems.append(f"the kubelet on {rn.name} did not refuse a pod that does not tolerate "
+                            f"{EVICT_TAINT}:NoExecute (its Events: "
+                            + ("; ".join(f"{e['from']} {e['reason']}" for e in said) or "none") + ")")
+        allure.attach("\n".join(f"{e['from']}: {e['reason']}: {e['message']}" for e in said),
+                      "the untolerating pod's Events", allure.attachment_type.TEXT)
+        if any(e["reason"] == "Started" for e in said):
+            problems.append("the untolerating pod's container was started")
     finally:
         remove_taint(api, rn.name, taint, run_id)
         delete_pods(api, namespace, ["evict-victim", "refused"])
     assert not problems, "; ".join(problems)
+
+
+def _pod_events(api, namespace: str, pod: str) -> list[dict]:
+    items = list_raw(api, f"/api/v1/namespaces/{namespace}/events",
+                     {"fieldSelector": f"involvedObject.name={pod}"})["items"]
+    return [{"from": (e.get("source") or {}).get("component") or e.get("reportingComponent") or "",
+             "reason": e.get("reason", ""), "message": e.get("message", "")} for e in items]
 
 
 # --- 4. API Priority and Fairness sees a kubelet ------------------------------------------------------
@@ -233,47 +256,73 @@ def _heartbeats(audit_log, names: list[str]) -> list[dict]:
     return out
 
 
+NODE_FLOWS = {"system-node-high", "system-nodes"}   # the stock FlowSchemas of group system:nodes
+MIN_RENEWALS = 3
+
+
 @pytest.mark.smoke
-def test_the_real_kubelets_heartbeats_are_classified_as_a_nodes_and_never_lapse(real, cluster):
-    """Every Lease renewal and node status write of a real node comes from ``system:node:<name>`` and is
-    classified by API Priority and Fairness into ``system-node-high`` (priority level ``node-high``), as on a
-    real cluster; the Lease was renewed all session long (the API overload suite's flood included, which
-    runs before this module) with no gap longer than the Lease's duration."""
-    events = _heartbeats(cluster.kwok.audit_log, real.names)
-    by_node: dict[str, list[dict]] = {}
-    for e in events:
-        by_node.setdefault(e["objectRef"]["name"], []).append(e)
-    problems, rows = [], []
+def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses(real, cluster):
+    """API Priority and Fairness puts every request of a real kubelet into a node flow: ``system-node-high``
+    (its Lease renewals and node status, priority level ``node-high``) or ``system-nodes``, never ``exempt``
+    -- read from the flow schema the API server named in each response to the kubelet. Every Lease renewal
+    and node status write comes from ``system:node:<name>`` (the API server's audit log), and the Lease was
+    renewed all session long (the API overload suite's flood included, which runs before this module) with
+    no gap longer than its duration."""
+    schemas = {fs["metadata"]["uid"]: fs["metadata"]["name"] for fs in
+               list_raw(cluster.api, "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")["items"]}
+    # A short run (this module alone) may have seen one renewal so far: renewals come every 10 s.
+    try:
+        events = wait_for(lambda: _heartbeats(cluster.kwok.audit_log, real.names),
+                          until=lambda evs: all(sum(1 for e in evs if e["objectRef"]["name"] == n
+                                                    and e["objectRef"]["resource"] == "leases") >= MIN_RENEWALS
+                                                for n in real.names),
+                          timeout=realnodes.LEASE_DURATION_S + 10, interval=2, what="real node Lease renewals audited")
+    except WaitTimeout:
+        events = _heartbeats(cluster.kwok.audit_log, real.names)
+    problems, rows, flows = [], [], {}
     for name in real.names:
-        evs = by_node.get(name, [])
+        log = cluster.kwok.directory / "logs" / f"{realnodes.kubelet_component(name)}.log"
+        got = {schemas.get(uid, uid if uid == realnodes.UNCLASSIFIED else f"unknown uid {uid}"): n
+               for uid, n in realnodes.flow_schema_uids(log).items()}
+        flows[name] = got
+        if "system-node-high" not in got:
+            problems.append(f"node {name}: none of its kubelet's {sum(got.values())} responses was classified "
+                            f"system-node-high (its flows: {_flows(got)})")
+        elsewhere = {k: v for k, v in got.items() if k not in NODE_FLOWS and k != realnodes.UNCLASSIFIED}
+        if elsewhere:
+            problems.append(f"node {name}: {sum(elsewhere.values())} of its kubelet's requests were classified "
+                            f"outside the node flows: {_flows(elsewhere)}")
+        evs = [e for e in events if e["objectRef"]["name"] == name]
+        foreign = [e for e in evs if e["user"].get("username") != f"system:node:{name}"
+                   and e.get("userAgent", "").startswith("kubelet")]
+        if foreign:
+            problems.append(f"node {name}: {len(foreign)} heartbeats came from {foreign[0]['user'].get('username')}, "
+                            f"not system:node:{name}")
         leases = [e for e in evs if e["objectRef"]["resource"] == "leases"]
-        if len(leases) < 2:
+        if len(leases) < MIN_RENEWALS:
             problems.append(f"node {name}: {len(leases)} Lease renewal(s) audited")
             continue
-        wrong = [e for e in evs if e["user"].get("username") != f"system:node:{name}"
-                 or (e.get("annotations") or {}).get("apf.k8s.io/flow-schema") != "system-node-high"]
-        if wrong:
-            e = wrong[0]
-            problems.append(f"node {name}: {len(wrong)} of {len(evs)} heartbeats not a node's: e.g. {e['verb']} "
-                            f"{e['objectRef']['resource']} by {e['user'].get('username')} classified "
-                            f"{(e.get('annotations') or {}).get('apf.k8s.io/flow-schema', 'unclassified')}/"
-                            f"{(e.get('annotations') or {}).get('apf.k8s.io/priority-level', '-')}")
         times = sorted(_epoch_us(e["stageTimestamp"]) for e in leases)
         gaps = [b - a for a, b in zip(times, times[1:])]
         rows.append((name, len(leases), times[-1] - times[0], max(gaps)))
-        allure.attach(Figure(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
-                             "gap since the previous renewal (s)",
-                             [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
-                             {f"Lease duration ({realnodes.LEASE_DURATION_S} s)": realnodes.LEASE_DURATION_S}).png(), f"lease renewals {name}",
-                      allure.attachment_type.PNG)
+        Figure(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
+               "gap since the previous renewal (s)",
+               [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
+               {f"Lease duration ({realnodes.LEASE_DURATION_S} s)": realnodes.LEASE_DURATION_S}).attach()
         if max(gaps) > realnodes.LEASE_DURATION_S:
             problems.append(f"node {name}: its Lease went {max(gaps):.0f} s without renewal "
                             f"(duration {realnodes.LEASE_DURATION_S} s)")
+    allure.attach("\n".join(f"{n}: {_flows(f)}" for n, f in flows.items()),
+                  "flow schemas of the real kubelets' requests (responses counted)", allure.attachment_type.TEXT)
     allure.attach("\n".join(f"{n}: {c} renewals over {s:.0f} s, longest gap {g:.1f} s" for n, c, s, g in rows),
-                  "renewals per real node", allure.attachment_type.TEXT)
+                  "Lease renewals per real node", allure.attachment_type.TEXT)
     if rows:
         measured("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", realnodes.LEASE_DURATION_S)
     assert not problems, "; ".join(problems)
+
+
+def _flows(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
 
 def _epoch_us(value: str) -> float:
