@@ -37,6 +37,9 @@ $(VENV)/.installed: requirements.txt
 
 toolchain: $(VENV)/.installed
 	$(PY) -m fixtures.toolchain
+	$(PY) -m fixtures.hostpkgs --install
+	@# the real nodes' images (debootstrap needs root; a run with real nodes builds them, or says why not)
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m fixtures.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
 
 # Allure's trend graphs need the previous report's history: it is kept in
 # reports/history/ between runs (copied into the results before generating,

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from bench import common
+from fixtures import realnodes
 from fixtures.kwok import NAME_PREFIX, KwokCluster
 from fixtures.run import new_run_id
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
@@ -63,12 +64,15 @@ def main(argv: list[str]) -> int:
     sampler.start()
     try:
         with common.cluster(args, profile, args.with_coscheduling, run_id) as c:
-            pids = c.kwok.pids()
+            real = c.real.nodes if c.real else []
+            pids = {k: v for k, v in c.kwok.pids().items() if not realnodes.is_component(k)}
             cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
             common.say(f"idle at full size for {args.idle_seconds:g} s")
             cpu0, t0 = cpu_seconds(pids), time.monotonic()
+            real0 = realnodes.sample_usage(real)
             time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
             cpu1, elapsed = cpu_seconds(pids), time.monotonic() - t0
+            real1 = realnodes.sample_usage(real)
             head = common.header(argv, c, profile, "bench.bringup")
     finally:
         sampler.stop.set()
@@ -102,6 +106,12 @@ def main(argv: list[str]) -> int:
             "kcm_node_monitor_grace_period_seconds": 40 * profile.heartbeat_factor,
         },
         "kcm_api_qps": profile.kcm_api_qps,
+        # Each real node (kubelet + containerd + its shims, no workload pods): what it costs beside kwok.
+        "real_nodes": {name: {
+            "seconds_cluster_start_to_ready": c.real.seconds_to_ready[name],
+            "cpu_cores_idle": round((real1[name]["cpu_s"] - real0[name]["cpu_s"]) / elapsed, 3),
+            "rss_mib": real1[name]["rss_mib"],
+            "processes": real1[name]["processes"]} for name in real0} if c.real else {},
         **head,
     }
     common.write(args.out, result)

@@ -94,7 +94,7 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
     (the checker pod must pass it and the node must be released). The checker runs from
     ``preflight_image`` as built on this machine, NVML handed in by the node's GPU runtime."""
     marks = Marks.from_profile(profile)
-    image = real.images["checker"].ref
+    image = real.images["checker"].digest_ref   # pinned by digest: exactly the image built here
     allure.dynamic.parameter("GPUs checked", f"REAL kubelet and container ({image}); GPUs SIMULATED (mock NVML "
                              "handed in by the node's GPU runtime, as the NVIDIA container toolkit would)")
     faults = realnodes.faults_file(cluster.kwok.directory)
@@ -129,7 +129,7 @@ def test_real_containers_and_kwok_pods_start_within_the_pod_startup_slo(real, cl
     suite's steady phase, the node's first pod ever (its QoS cgroups, CNI bridge and first sandbox are made
     then) is a warm-up: measured and reported, not held to the SLO."""
     api, node = cluster.api, real.names[0]
-    image = real.images["pause"].ref
+    image = real.images["pause"].digest_ref
     warm = _real_pod("startup-warm-up", run_id, node, image)
     create_pods(api, namespace, [warm])
     try:
@@ -181,7 +181,7 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
     no task for it any more), and a pod bound to the node without tolerating the taint is refused by the
     kubelet's own admission (never started)."""
     api, rn = cluster.api, real.nodes[0]
-    image = real.images["pause"].ref
+    image = real.images["pause"].digest_ref
     victim = _real_pod("evict-victim", run_id, rn.name, image)
     create_pods(api, namespace, [victim])
     pod = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/evict-victim"),
