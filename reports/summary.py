@@ -152,6 +152,7 @@ def build(config: pytest.Config, exitstatus: int) -> dict:
            "kubernetes": (c.server_version if c is not None else None)
            or getattr(profile, "kubernetes_version", None),
            "backend": getattr(c, "backend", None), "simulated": getattr(c, "simulated", None),
+           "real_nodes": len(c.real.nodes) if getattr(c, "real", None) is not None else 0,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_started[0])),
            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "seconds": round(time.time() - _started[0], 1), "pytest_exit": int(exitstatus)}
@@ -265,7 +266,8 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
     kinds = ["passed", "failed", "error", "xfailed", "xpassed", "skipped"]
     r = summary["run"]
     out = [f"run {r['id']}: profile {r['profile']}, {r['nodes']} nodes, Kubernetes {r['kubernetes']}, "
-           f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"]
+           f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"
+           + (f" + {r['real_nodes']} real node(s) (kubelet + containerd; GPUs simulated)" if r.get("real_nodes") else "")]
     out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
     for suite, counts in sorted(per_suite.items()):
         out.append((f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds)).rstrip())
