@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import allure
 import pytest
 
 from fixtures.burst import attach
@@ -38,6 +39,7 @@ from fixtures.stash import PROFILE
 from fixtures.stats import percentile
 from load.burst_plan import burst as burst_phase
 from load.burst_plan import job_bound_s
+from reports.plots import Figure, Series
 from reports.plugin import measured
 
 # Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
@@ -93,6 +95,7 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
     measured("watch delivery lag p99 at create (diagnostic)", f["watch_lag_created_p99_s"], "s")
     measured("watch delivery lag p99 at Running (diagnostic)", f["watch_lag_running_p99_s"], "s")
     never = sum(1 for x in lat if math.isinf(x))
+    _, real_line = _real_node_startup(run, lat, slo)
     assert p99 <= slo, (
         f"pod startup SLO (p99 <= {slo:g} s) broken at {f['create_qps']:g} pods/s (steady phase): p99 "
         + (f"{p99:g} s" if math.isfinite(p99) else "infinite")
@@ -100,6 +103,33 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
         + f"the watch saw p99 {_s(f['pod_startup_p99_s'])}; created->bound p99 {_s(f['created_to_bound_p99_s'])}, "
         + f"bound at {f['scheduling_throughput_pods_per_s']:g} pods/s"
         + (f"; {run.incomplete}" if run.incomplete else ""))
+    assert real_line is None, real_line
+
+
+def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | None, str | None]:
+    """The real nodes' pods of the steady phase (created under the same load; fixtures.burst.RealNodePods):
+    their p99 reported beside kwok's, held to the same SLO. (None, None) without real nodes."""
+    real = run.real_nodes
+    if not real:
+        return None, None
+    times = [t if t is not None else math.inf for t in real["startup_s"].values()]
+    p99 = percentile(times, 99) if times else math.inf
+    allure.dynamic.tag("nodes:real")
+    measured("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
+    Figure("Steady phase: pod startup per pod, real node beside kwok nodes (under the same load)",
+           "pod (sorted by startup time)", "created -> Ready (s, 1 s resolution)",
+           [Series("simulated (kwok nodes)", list(enumerate(sorted(x for x in kwok_lat if math.isfinite(x))))),
+            Series(f"real ({', '.join(real['nodes'])}: kubelet + containerd, real containers)",
+                   list(enumerate(sorted(x for x in times if math.isfinite(x)))))],
+           {f"pod startup SLO (p99 <= {slo:g} s)": slo}).attach()
+    if real["error"] or not times:
+        return p99, f"the real-node pods of the steady phase could not be created: {real['error'] or 'none planned'}"
+    if p99 > slo:
+        never = sum(1 for t in times if math.isinf(t))
+        return p99, (f"pod startup SLO (p99 <= {slo:g} s) broken on the real node(s) {', '.join(real['nodes'])} "
+                     f"during the steady phase: p99 " + (f"{p99:g} s" if math.isfinite(p99) else "infinite")
+                     + f" over {len(times)} real containers, {never} never Ready")
+    return p99, None
 
 
 # --- burst phase: complete, unrefused, in time --------------------------------------------------

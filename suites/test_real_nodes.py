@@ -14,6 +14,11 @@ Lease. What is real and what is simulated, said on every page:
   driver's. The checker pod from ``preflight_image`` is otherwise the exact
   path of a real GPU node.
 
+A real container's start-up is measured in the burst suite's steady phase,
+beside the kwok pods' and under the same load (``fixtures.burst.RealNodePods``),
+held to the same pod-startup SLO. The API overload suite's lease check covers
+the real node's Lease during the flood.
+
 Negative controls (tests/test_real_node_controls.py): a node whose runtime
 hands in no NVML library (``real_node_nvml: false``) must fail the preflight
 check, naming the node and the library, with the node held back; kubelets
@@ -31,21 +36,16 @@ import allure
 import pytest
 
 from fixtures import hostpkgs, realnodes
+from fixtures.errors import HarnessError
 from fixtures.kube import get_if_present, list_raw
 from fixtures.node_taints import add_taint, remove_taint
-from fixtures.pod_spec import pod_body
-from fixtures.pods import create_pods, delete_pods, list_pods
+from fixtures.pods import create_pods, delete_pods
 from fixtures.preflight_contract import Marks
 from fixtures.real_preflight import restore, run_round
-from fixtures.stats import percentile
 from fixtures.waiting import WaitTimeout, wait_for
 from reports.plots import Figure, Series
 from reports.plugin import measured
 
-POD_STARTUP_SLO_S = 5.0          # Kubernetes' pod startup SLO (p99, image already present)
-STARTUP_PODS = 6                  # per node kind
-REAL = "real (kubelet + containerd)"
-KWOK = "simulated (kwok)"
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events
 EVICT_TAINT = "clusterproof.io/evict-check"
 
@@ -58,30 +58,6 @@ def real(cluster):
                     "test_gpu_preflight runs the checker pod there)")
     allure.dynamic.tag("nodes:real")
     return cluster.real
-
-
-def _tolerate_real() -> list[dict]:
-    return [{"key": realnodes.REAL_NODE_TAINT["key"], "operator": "Exists"}]
-
-
-def _real_pod(name: str, run_id: str, node: str, image: str, tolerations: list[dict] | None = None) -> dict:
-    body = pod_body(name, run_id, tolerations=tolerations if tolerations is not None else _tolerate_real(),
-                    hostnames=[node])
-    c = body["spec"]["containers"][0]
-    c["image"], c["imagePullPolicy"] = image, "IfNotPresent"
-    # Requests only: a real container under the simulated pods' 10m CPU limit gets 1 ms of CPU per 100 ms,
-    # and runc's own start-up inside the pod's cgroup then takes 5-6 s (measured here).
-    c["resources"].pop("limits", None)
-    body["spec"]["terminationGracePeriodSeconds"] = 5
-    return body
-
-
-def _started_s(pod: dict) -> float | None:
-    """created -> Ready, from the pod's own timestamps (API server and kubelet, one host clock; 1 s resolution)."""
-    from fixtures.podtimeline import _condition_time, _epoch
-    created = _epoch(pod["metadata"].get("creationTimestamp"))
-    ready = _condition_time(pod.get("status") or {}, "Ready")
-    return None if created is None or ready is None else ready - created
 
 
 # --- 1. GPU preflight through a checker pod on a real node --------------------------------------
@@ -120,53 +96,7 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
     assert not problems, f"{len(problems)} problem(s) with preflight on real nodes: " + "; ".join(problems)
 
 
-# --- 2. pod startup: a real container beside kwok's ----------------------------------------------
-
-@pytest.mark.smoke
-def test_real_containers_and_kwok_pods_start_within_the_pod_startup_slo(real, cluster, namespace, run_id):
-    """Created -> Ready for pods on a real node (sandbox, CNI, container start; image present) and for the
-    same pods on kwok nodes, side by side; the pod startup SLO (p99 <= 5 s) applies to both. As in the burst
-    suite's steady phase, the node's first pod ever (its QoS cgroups, CNI bridge and first sandbox are made
-    then) is a warm-up: measured and reported, not held to the SLO."""
-    api, node = cluster.api, real.names[0]
-    image = real.images["pause"].digest_ref
-    warm = _real_pod("startup-warm-up", run_id, node, image)
-    create_pods(api, namespace, [warm])
-    try:
-        first = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/startup-warm-up"),
-                         until=lambda p: _started_s(p or {}) is not None, timeout=120, interval=0.5,
-                         what="the warm-up pod Ready on the real node")
-    finally:
-        delete_pods(api, namespace, ["startup-warm-up"])
-    measured(f"pod startup, first pod on the node (warm-up), {REAL}", _started_s(first), "s")
-    bodies = {REAL: [_real_pod(f"startup-real-{i}", run_id, node, image) for i in range(STARTUP_PODS)],
-              KWOK: [pod_body(f"startup-kwok-{i}", run_id) for i in range(STARTUP_PODS)]}
-    for b in bodies[KWOK]:
-        b["metadata"]["labels"]["clusterproof.io/startup"] = "kwok"
-    for b in bodies[REAL]:
-        b["metadata"]["labels"]["clusterproof.io/startup"] = "real"
-    create_pods(api, namespace, bodies[REAL] + bodies[KWOK])
-    names = [b["metadata"]["name"] for bs in bodies.values() for b in bs]
-    try:
-        pods = wait_for(lambda: list_pods(api, namespace, "clusterproof.io/startup"),
-                        until=lambda ps: all(_started_s(ps.get(n, {})) is not None for n in names),
-                        timeout=120, interval=1, what=f"{len(names)} startup pods Ready")
-    finally:
-        delete_pods(api, namespace, names)
-    times = {kind: sorted(_started_s(pods[b["metadata"]["name"]]) for b in bs) for kind, bs in bodies.items()}
-    on_kwok = {pods[b["metadata"]["name"]]["spec"].get("nodeName") for b in bodies[KWOK]}
-    assert node not in on_kwok, f"a kwok startup pod landed on real node {node} (its taint did not keep it off)"
-    Figure("Pod startup, created to Ready, per pod: real node beside kwok nodes", "pod (sorted by startup time)",
-           "created to Ready (s, 1 s resolution)",
-           [Series(kind, [(i, t) for i, t in enumerate(ts)]) for kind, ts in times.items()],
-           {f"pod startup SLO ({POD_STARTUP_SLO_S:g} s, p99)": POD_STARTUP_SLO_S}).attach()
-    for kind, ts in times.items():
-        measured(f"pod startup p99, {kind}", percentile(ts, 99), "s", POD_STARTUP_SLO_S)
-    slow = {kind: percentile(ts, 99) for kind, ts in times.items() if percentile(ts, 99) > POD_STARTUP_SLO_S}
-    assert not slow, "pod startup p99 above the 5 s SLO: " + ", ".join(f"{k} {v:.0f} s" for k, v in slow.items())
-
-
-# --- 3. the kubelet enforces taints itself ----------------------------------------------------------
+# --- 2. the kubelet enforces taints itself ----------------------------------------------------------
 
 def _tasks(node: realnodes.RealNode) -> set[str]:
     out = subprocess.run([hostpkgs.binary("ctr"), "--address", str(node.socket), "-n", "k8s.io", "tasks", "ls", "-q"],
@@ -182,10 +112,10 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
     kubelet's own admission (never started)."""
     api, rn = cluster.api, real.nodes[0]
     image = real.images["pause"].digest_ref
-    victim = _real_pod("evict-victim", run_id, rn.name, image)
+    victim = realnodes.pod_on("evict-victim", run_id, rn.name, image)
     create_pods(api, namespace, [victim])
     pod = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/evict-victim"),
-                   until=lambda p: _started_s(p or {}) is not None, timeout=60, interval=0.5,
+                   until=lambda p: realnodes.started_s(p or {}) is not None, timeout=60, interval=0.5,
                    what="the victim container running on the real node")
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     assert cid in _tasks(rn), f"containerd on {rn.name} does not run the victim's container {cid[:12]}"
@@ -204,7 +134,7 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
         except WaitTimeout:
             problems.append(f"container {cid[:12]} still runs on {rn.name} after its pod was evicted")
         # Bound straight to the node (no scheduler): only the kubelet's admission stands in the way.
-        refused = _real_pod("refused", run_id, rn.name, image)
+        refused = realnodes.pod_on("refused", run_id, rn.name, image)
         refused["spec"].pop("affinity", None)
         refused["spec"]["nodeName"] = rn.name
         create_pods(api, namespace, [refused])
@@ -236,7 +166,7 @@ def _pod_events(api, namespace: str, pod: str) -> list[dict]:
              "reason": e.get("reason", ""), "message": e.get("message", "")} for e in items]
 
 
-# --- 4. API Priority and Fairness sees a kubelet ------------------------------------------------------
+# --- 3. API Priority and Fairness sees a kubelet ------------------------------------------------------
 
 def _heartbeats(audit_log, names: list[str]) -> list[dict]:
     """The real nodes' Lease and node-status writes the apiserver audited (fixtures.realnodes.audit_rules)."""
