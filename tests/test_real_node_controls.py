@@ -1,0 +1,318 @@
+"""The real-node checks can fail, and a real node never outlives its run.
+
+Each test runs ``suites/test_real_nodes.py`` as a user types it, on an
+embedded cluster of its own with one real node (smoke profile; the
+self-tests' session cluster has none, tests/conftest.py):
+
+- negative controls: a node whose GPU runtime hands in no NVML library
+  (``real_node_nvml: false``) and kubelets running as the admin
+  (``real_node_identity: false``), one cluster for both -- each check fails
+  with the line an SRE would read; a kubelet SIGKILLed mid-suite is named by
+  the control-plane guard, and no check blames the cluster for it;
+- clean-up: after a run that ends normally, one SIGKILLed while its real node
+  runs containers (then swept as the next run sweeps) and one interrupted
+  with Ctrl-C, nothing of the real node is left on the host: no kubelet,
+  containerd, shim or container process, no mount under the cluster's
+  directory, no cgroup ``/clusterproof/<cluster>`` in any hierarchy, no
+  bridge or pod veth, no ``/var/log/containers`` link into the directory, no
+  shim socket in ``/run/containerd/s``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fixtures import realnodes
+from fixtures.kube import list_raw, load_client
+from fixtures.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
+from fixtures.run import RUN_LABEL
+from fixtures.waiting import wait_for
+from tests.harness import allure_results, background_pytest, ended_early, interrupt, junit_verdicts, run_pytest
+
+pytestmark = pytest.mark.selftest
+SUITE = "suites/test_real_nodes.py"
+NODE = f"{realnodes.NODE_PREFIX}0"
+KUBELET = realnodes.kubelet_component(NODE)
+CHECKER = "test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node_is_held_back"
+CLASSIFIED = "test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses"
+TAINTS = "test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_an_untolerating_pod"
+SLO_VERDICT = "pod startup p99 above the 5 s SLO"
+
+
+def _args(run_id: str, *extra: str) -> list[str]:
+    return [SUITE, "--profile", "smoke", "--run-id", run_id, *extra]
+
+
+def _cluster(prefix: str) -> tuple[str, KwokCluster]:
+    run_id = f"{prefix}-{os.urandom(2).hex()}"
+    return run_id, KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
+
+
+# --- what a real node leaves on the host ------------------------------------------------------------------
+
+@dataclass
+class Seen:
+    """What a running real node had on the host (read while its run is alive): what must go with it."""
+    states: list[dict]
+    shim_sockets: set[str] = field(default_factory=set)
+    veths: set[str] = field(default_factory=set)        # the pods' host-side veths on the node's bridge
+    log_links: set[str] = field(default_factory=set)    # /var/log/containers links into the cluster directory
+    pids: set[int] = field(default_factory=set)         # kubelet, containerd, shims, containers
+
+    def add(self, kc: KwokCluster) -> None:
+        for st in self.states:
+            shims = realnodes._shims(st["socket"])
+            self.pids |= {p.pid for p in shims} | realnodes._cgroup_pids(st["cgroup_root"])
+            self.shim_sockets |= {str(s) for s in map(realnodes._shim_socket, shims) if s is not None}
+            out = subprocess.run(["ip", "-o", "link", "show", "master", st["bridge"]], capture_output=True,
+                                 text=True, timeout=30).stdout
+            self.veths |= {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)}
+        self.pids |= set(kc.pids().values())
+        self.log_links |= set(_log_links(kc.directory))
+
+
+def _states(kc: KwokCluster) -> list[dict]:
+    out = []
+    for f in sorted((kc.directory / realnodes.DIR).glob(f"*/{realnodes.STATE_FILE}")):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _log_links(cluster_dir: Path) -> list[str]:
+    out = []
+    if realnodes.CONTAINER_LOG_LINKS.exists():
+        for f in realnodes.CONTAINER_LOG_LINKS.iterdir():
+            try:
+                if f.is_symlink() and os.readlink(f).startswith(str(cluster_dir) + "/"):
+                    out.append(str(f))
+            except OSError:
+                continue
+    return out
+
+
+def _in_cluster_cgroups(cluster: str) -> list[str]:
+    """Processes whatever cgroup of ``/clusterproof/<cluster>`` holds them (/proc/<pid>/cgroup)."""
+    out = []
+    mark = f"/clusterproof/{cluster}/"
+    for p in psutil.process_iter(["name"]):
+        try:
+            if mark in Path(f"/proc/{p.pid}/cgroup").read_text():
+                out.append(f"process {p.pid} ({p.info['name']}) in a cgroup of {mark}")
+        except OSError:
+            continue
+    return out
+
+
+def left_behind(kc: KwokCluster, seen: Seen) -> list[str]:
+    """Everything of the cluster's real nodes still on the host: ``realnodes.leftovers`` and what it does
+    not look at (a cgroup of the cluster in any /sys/fs/cgroup hierarchy, named ones too; the pods'
+    veths; the container log links; the shims' sockets; each process seen while the run was alive)."""
+    out = realnodes.leftovers(kc.directory, seen.states)
+    for h in sorted(Path("/sys/fs/cgroup").iterdir()) if Path("/sys/fs/cgroup").exists() else []:
+        if (h / "clusterproof" / kc.name).exists():
+            out.append(f"cgroup {h / 'clusterproof' / kc.name}")
+    out += _in_cluster_cgroups(kc.name)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
+    names = {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", links, re.M)}
+    out += [f"link {n} (a pod's veth)" for n in sorted(seen.veths & names)]
+    out += [f"link {st['bridge']}" for st in seen.states if st["bridge"] in names]
+    out += [f"container log link {f}" for f in sorted(seen.log_links | set(_log_links(kc.directory)))
+            if os.path.lexists(f)]
+    out += [f"shim socket {s}" for s in sorted(seen.shim_sockets) if os.path.exists(s)]
+    for pid in sorted(seen.pids):
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"process {pid} ({p.name()}) seen while the run was alive")
+        except psutil.NoSuchProcess:
+            continue
+    if kc.directory.exists():
+        out.append(f"directory {kc.directory}")
+    return sorted(set(out))
+
+
+def _api(kc: KwokCluster, cache: dict):
+    if "api" not in cache:
+        if not kc.kubeconfig.exists() or "kube-apiserver" not in kc.pids():
+            return None
+        cache["api"] = load_client(kc.kubeconfig)
+    return cache["api"]
+
+
+def _real_pods(kc: KwokCluster, run_id: str, cache: dict, proc, running: bool = True) -> list[str]:
+    """The run's pods on the real node (``running``: only those whose containers started; else every pod
+    of the run, bound or not), by name."""
+    ended_early(proc)
+    api = _api(kc, cache)
+    if api is None:
+        return []
+    try:
+        pods = list_raw(api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}",
+                                              **({"fieldSelector": f"spec.nodeName={NODE}"} if running else {})},
+                        retry_s=0)["items"]
+    except Exception:   # the cluster is still coming up
+        return []
+    return [p["metadata"]["name"] for p in pods if not running or (p.get("status") or {}).get("phase") == "Running"
+            and any((c.get("state") or {}).get("running") for c in p["status"].get("containerStatuses") or [])]
+
+
+def _wait_containers(kc: KwokCluster, run_id: str, proc, prefix: str = "", timeout: float = 300) -> Seen:
+    """Wait until the real node runs a container of the run (a pod named ``prefix``...), then what it has."""
+    cache: dict = {}
+    wait_for(lambda: _real_pods(kc, run_id, cache, proc),
+             until=lambda names: any(n.startswith(prefix) for n in names), timeout=timeout, interval=0.3,
+             what=f"a pod {prefix}* of run {run_id} running on real node {NODE}")
+    seen = Seen(_states(kc))
+    assert seen.states, f"no real node state under {kc.directory / realnodes.DIR}"
+    seen.add(kc)
+    assert any(realnodes._shims(st["socket"]) for st in seen.states), "the real node runs no shim"
+    return seen
+
+
+def _message(failure: str) -> str:
+    """A check's whole assertion message (junit's message attribute is cut at a few hundred characters)."""
+    for line in failure.splitlines():
+        if line.startswith("E ") and "AssertionError: " in line:
+            return line.split("AssertionError: ", 1)[1]
+    return failure.split("\n", 1)[0]
+
+
+# --- negative controls -----------------------------------------------------------------------------------
+
+def test_a_node_without_nvml_and_kubelets_running_as_the_admin_fail_their_checks(tmp_path):
+    """``real_node_nvml: false`` and ``real_node_identity: false`` on one cluster: the checker check names
+    the node, the missing library and the node's state (held back: failed, never released, both rounds);
+    the classification check names the exempt flow and the admin identity of the heartbeats."""
+    run_id, kc = _cluster("rn-ctl")
+    try:
+        run = run_pytest(_args(run_id, "-k", "checker_pod or classified", "--set", "real_node_nvml=false",
+                               "--set", "real_node_identity=false"), tmp_path, timeout=600)
+    finally:
+        kc.delete()
+    assert run.returncode == 1, run.output[-3000:]
+    assert sorted(run.failures) == sorted([CHECKER, CLASSIFIED]), f"failed: {sorted(run.failures)}\n{run.output[-3000:]}"
+    checker = _message(run.failures[CHECKER])
+    # Both rounds (fault injected, then healthy) find no library, and the node stays held back.
+    nvml = re.findall(rf"node {NODE}: the checker pod could not use NVML \(preflight: no NVML library: "
+                      r"libnvidia-ml\.so\.1 was not found \(NVMLError_LibraryNotFound\).*? -- the node is ([\w-]+)",
+                      checker)
+    assert nvml == ["failed", "failed"], ("the preflight check must say, for each of its two rounds, that the checker pod on "
+                            f"{NODE} found no libnvidia-ml.so.1 and that the node is failed (held back); it said: "
+                            f"{checker}")
+    assert "released" not in checker, f"the node without NVML was released: {checker}"
+    assert f"node {NODE} has reason label clusterproof.io/preflight-reason=nvml-unavailable, expected " \
+           "ecc-uncorrectable" in checker, f"the quarantine reason should be nvml-unavailable: {checker}"
+    rounds = [a for a in allure_results(tmp_path)[CHECKER]["attachments"]
+              if a["name"].startswith("rounds (node, injected fault")]
+    assert rounds, "the checker test attached no rounds"
+    said = (tmp_path / "allure" / rounds[0]["source"]).read_text().splitlines()
+    assert said == [f"{NODE}: injected ecc-uncorrectable -> checker pod answered nvml-unavailable -> quarantined",
+                    f"{NODE}: injected nothing -> checker pod answered nvml-unavailable -> quarantined"], \
+        f"each round must end with the node quarantined (never released): {said}"
+    classified = _message(run.failures[CLASSIFIED])
+    expected = [rf"node {NODE}: none of its kubelet's \d+ responses was classified system-node-high "
+                r"\(its flows: exempt \d+",
+                rf"node {NODE}: \d+ of its kubelet's requests were classified outside the node flows: exempt \d+(;|$)",
+                rf"node {NODE}: \d+ heartbeats came from kwok-admin, not system:node:{NODE}"]
+    for pattern in expected:
+        assert re.search(pattern, classified), (f"the classification check must say /{pattern}/ (the kubelet runs "
+                                                f"as kwok-admin, APF-exempt); it said: {classified}")
+    flows = re.search(r"\(its flows: (.*?)\); ", classified).group(1)
+    assert {f.rsplit(" ", 1)[0] for f in flows.split(", ")} <= {"exempt", realnodes.UNCLASSIFIED}, \
+        f"an admin kubelet's requests must all be exempt (or unclassified at the start): {flows}"
+
+
+def test_a_kubelet_killed_mid_suite_is_named_by_the_guard_and_never_blamed_on_the_cluster(tmp_path):
+    """SIGKILL the real node's kubelet while its eviction victim runs (the node has run the checker pods
+    already): the supervisor restarts it, the control-plane guard fails the module naming
+    ``kubelet-cp-real-0``, and no check turns the restart into a verdict on the cluster (a pod startup SLO
+    or any other): the taint check still sees its container evicted and its pod refused by the restarted
+    kubelet."""
+    run_id, kc = _cluster("rn-kill")
+    try:
+        with background_pytest(_args(run_id, f"--junitxml={tmp_path / 'junit.xml'}"), tmp_path) as proc:
+            _wait_containers(kc, run_id, proc, prefix="evict-victim")
+            pid = kc.pids()[KUBELET]
+            os.kill(pid, signal.SIGKILL)
+            killed_at = time.strftime("%H:%M:%S", time.gmtime())
+            out, _ = proc.communicate(timeout=600)
+    finally:
+        kc.delete()
+    failures, passed = junit_verdicts(tmp_path / "junit.xml")
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
+    lines = {t: m.split("\n", 1)[0] for t, m in failures.items()}
+    guard = {t: m for t, m in lines.items() if "this module broke the control plane" in m}
+    assert guard, f"no guard failure after killing {KUBELET} (pid {pid}) at {killed_at} UTC:\n{out[-3000:]}"
+    [line] = guard.values()
+    assert re.search(rf"this module broke the control plane: {KUBELET} exited at \d\d:\d\d:\d\d UTC, restarted; "
+                     r"its last log line: ", line), f"the guard must name {KUBELET} as exited and restarted: {line}"
+    verdicts = {t: m for t, m in lines.items() if SLO_VERDICT in m or "SLO" in m}
+    assert not verdicts, f"the kubelet's restart was blamed on the cluster as an SLO verdict: {verdicts}"
+    others = {t: m for t, m in lines.items() if t not in guard}
+    assert not others, f"the kubelet's restart was blamed on the cluster by other checks: {others}"
+    assert TAINTS in passed, f"the check the kill landed in did not pass: passed {passed}"
+
+
+# --- nothing left behind ------------------------------------------------------------------------------------
+
+def test_a_run_that_ends_leaves_nothing_of_its_real_node(tmp_path):
+    run_id, kc = _cluster("rn-end")
+    try:
+        with background_pytest(_args(run_id), tmp_path) as proc:
+            seen = _wait_containers(kc, run_id, proc)
+            out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+        left = left_behind(kc, seen)
+    finally:
+        kc.delete()
+    assert not left, f"run {run_id} ended and left on this host: {'; '.join(left)}"
+    assert seen.veths and seen.shim_sockets, f"the checks above saw no pod (veths {seen.veths}, sockets " \
+                                             f"{seen.shim_sockets}): they could not fail"
+
+
+def test_a_run_killed_while_its_real_node_runs_containers_is_swept_without_a_trace(tmp_path):
+    run_id, kc = _cluster("rn-sigkill")
+    try:
+        with background_pytest(_args(run_id), tmp_path) as proc:
+            seen = _wait_containers(kc, run_id, proc)
+            proc.kill()   # SIGKILL: no teardown runs
+            proc.wait(timeout=60)
+        seen.add(kc)
+        alive = left_behind(kc, seen)
+        # Before the sweep every kind of trace is there (so the check after it can fail).
+        kinds = {"process", "mount", "cgroup", f"link {seen.states[0]['bridge']}", "a pod's veth",
+                 "container log link", "shim socket", "directory"}
+        missing = [k for k in sorted(kinds) if not any(k in s for s in alive)]
+        assert not missing and any(KUBELET in s for s in alive), \
+            f"SIGKILL should have left the real node running, with {missing} too: {alive}"
+        assert kc.name in sweep_clusters(), f"the sweep did not delete {kc.name}"
+        left = left_behind(kc, seen)
+    finally:
+        kc.delete()
+    assert not left, f"the sweep of killed run {run_id} left on this host: {'; '.join(left)}"
+
+
+def test_a_run_interrupted_while_its_real_node_runs_containers_leaves_nothing(tmp_path):
+    run_id, kc = _cluster("rn-int")
+    try:
+        with background_pytest(_args(run_id), tmp_path) as proc:
+            seen = _wait_containers(kc, run_id, proc)
+            seen.add(kc)
+            out = interrupt(proc)
+        left = left_behind(kc, seen)
+    finally:
+        kc.delete()
+    assert not left, f"run {run_id} interrupted with Ctrl-C left on this host: {'; '.join(left)}\n{out[-2000:]}"
