@@ -36,7 +36,6 @@ import allure
 import pytest
 
 from fixtures import hostpkgs, realnodes
-from fixtures.errors import HarnessError
 from fixtures.kube import get_if_present, list_raw
 from fixtures.node_taints import add_taint, remove_taint
 from fixtures.pods import create_pods, delete_pods

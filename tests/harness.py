@@ -29,12 +29,21 @@ class SuiteRun:
         return {k: v for k, v in self.failures.items() if k.startswith(test_prefix)}
 
 
+def without_real_nodes(args: list[str]) -> list[str]:
+    """A self-test's run starts its embedded cluster without real nodes unless its arguments ask for them
+    (``--set real_nodes=N``): the controls of the kwok suites stay what they were, and only the real-node
+    self-tests pay for a kubelet (tests/conftest.py does the same for the session cluster)."""
+    asked = any(a.startswith("real_nodes=") for a in args)
+    return list(args) if asked else ["--set", "real_nodes=0", *args]
+
+
 def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict | None = None) -> SuiteRun:
     """Run pytest in a child process; ``env`` overrides variables for the child only (never this
     process's os.environ: the session's embedded cluster and its supervisor live here)."""
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
-           f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q", *args]
+           f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q",
+           *without_real_nodes(args)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, *junit_verdicts(junit))
@@ -65,7 +74,7 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     on as ignored, and then Python never raises KeyboardInterrupt.
     """
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
-           f"--summary={tmp_path / 'summary.json'}", *args]
+           f"--summary={tmp_path / 'summary.json'}", *without_real_nodes(args)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=new_session, env={**os.environ, **(env or {})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
