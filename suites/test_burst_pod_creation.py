@@ -108,6 +108,12 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
     assert real_line is None, real_line
 
 
+def _ranked(values: list[float]) -> list[tuple[float, float]]:
+    """(percent of pods, startup) for each finite value, sorted: two kinds of different sizes on one axis."""
+    xs = sorted(v for v in values if math.isfinite(v))
+    return [(100.0 * (i + 1) / len(xs), v) for i, v in enumerate(xs)]
+
+
 def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | None, str | None]:
     """The real nodes' pods of the steady phase (created under the same load; fixtures.burst.RealNodePods):
     their p99 reported beside kwok's, held to the same SLO. (None, None) without real nodes."""
@@ -118,11 +124,11 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | 
     p99 = percentile(times, 99) if times else math.inf
     allure.dynamic.tag("nodes:real")
     measured("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
-    Figure("Steady phase: pod startup per pod, real node beside kwok nodes (under the same load)",
-           "pod (sorted by startup time)", "created -> Ready (s, 1 s resolution)",
-           [Series("simulated (kwok nodes)", list(enumerate(sorted(x for x in kwok_lat if math.isfinite(x))))),
-            Series(f"real ({', '.join(real['nodes'])}: kubelet + containerd, real containers)",
-                   list(enumerate(sorted(x for x in times if math.isfinite(x)))))],
+    Figure("Steady phase: pod startup, real node beside kwok nodes (under the same load)",
+           "cumulative share of each kind's pods, sorted by start-up (%)", "created -> Ready (s, 1 s resolution)",
+           [Series(f"simulated (kwok nodes, {len(kwok_lat)} pods)", _ranked(kwok_lat), style="line"),
+            Series(f"real ({', '.join(real['nodes'])}: kubelet + containerd, {len(times)} real containers)",
+                   _ranked(times), style="line")],
            {f"pod startup SLO (p99 <= {slo:g} s)": slo}).attach()
     if real["void"]:
         return p99, f"clusterproof: {real['void']}"
