@@ -13,7 +13,11 @@ So, as ClusterLoader2 does, the load comes in two phases (load/burst_plan.py):
   (locust's client-side p99 beside it, as a diagnostic), and pod startup p99
   <= ``slo_pod_startup_p99_s`` by the pods' own timestamps
   (creationTimestamp -> Ready), the cluster's latency; the watch-observed
-  figure and the watch's delivery lag are reported beside it.
+  figure and the watch's delivery lag are reported beside it. On an
+  embedded cluster with real nodes (``real_nodes``), 6 pods per real node
+  are created over the same window by the harness: a real container's
+  start-up (sandbox, CNI, runc, image present) beside the kwok pods', under
+  the same load, held to the same SLO (``fixtures.burst.RealNodePods``).
 - burst: ``burst_jobs`` jobs of ``burst_job_size`` pods created as fast as
   locust can. Checked: every pod created, no 429 and no 5xx, and every job
   bound completely within the time ``burst_bind_rate_min`` pods/s allows
