@@ -141,7 +141,9 @@ def _allure_labels(request):
         allure.dynamic.tag(f"backend:{c.backend}")
         if request.node.get_closest_marker("destructive") and not c.simulated:
             allure.dynamic.tag("changed-shared-state")  # ran with --allow-destructive
-        allure.dynamic.parent_suite(f"{c.backend} / profile {c.profile.name}")
+        real = len(c.real.nodes) if getattr(c, "real", None) is not None else 0
+        kind = c.backend + (f" + {real} real node{'s' if real > 1 else ''}" if real else "")
+        allure.dynamic.parent_suite(f"{kind} / profile {c.profile.name}")
     elif request.node.path.parent.name == "suites":   # a check of this machine (no cluster): not a lone "suites"
         profile = request.config.stash.get(PROFILE, None)
         allure.dynamic.parent_suite("this machine" + (f" / profile {profile.name}" if profile else ""))
