@@ -22,12 +22,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from fixtures import node_taints
 from fixtures.access import HOME
+from fixtures.informer import watch_lines
 from fixtures.kube import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from fixtures.liveness import RunLease, wait_expired
 from fixtures.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
@@ -203,14 +205,29 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
     theirs = pod_body("the-teams-own", "someone-else")
     theirs["metadata"]["labels"] = {"app": "team"}
     raw_request(api, "POST", f"/api/v1/namespaces/{team_namespace}/pods", body=theirs).data
+    # The run's pods live a few seconds (the check places them, reads them and deletes them): a watch started
+    # before the run sees the first one arrive, and the run is killed at once -- a LIST every 0.5 s missed
+    # them on a busy machine (the run finished first).
+    path, sel = f"/api/v1/namespaces/{team_namespace}/pods", {"labelSelector": f"{RUN_LABEL}={rid}"}
+    arrived = threading.Event()
+
+    def watch(rv: str) -> None:
+        try:
+            for event, _ in watch_lines(api, path, rv, sel, 300):
+                if event.get("type") == "ADDED":
+                    arrived.set()
+                    return
+        except Exception:   # the wait below then times out, naming what it waited for
+            return
+    threading.Thread(target=watch, args=(list_raw(api, path, sel)["metadata"]["resourceVersion"],),
+                     daemon=True).start()
     with background_pytest(_existing(cluster, "suites/test_taint_isolation.py", rid, "-k", "team_pod_gets_exactly",
                                      f"--set=team_namespaces={teams}", "--set=run_lease_duration_s=10"),
                            tmp_path, new_session=True) as proc:
         def pods_there():
             ended_early(proc)
-            return [p for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
-                                        {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
-        wait_for(pods_there, timeout=240, interval=0.5, what=f"run {rid}'s pods in team namespace {team_namespace}")
+            return arrived.is_set()
+        wait_for(pods_there, timeout=240, interval=0.05, what=f"run {rid}'s pods in team namespace {team_namespace}")
         kill_run(proc, api_guard, new_session=True)
     left = [p["metadata"]["name"] for p in list_raw(api, f"/api/v1/namespaces/{team_namespace}/pods",
                                                      {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
