@@ -38,6 +38,7 @@ import pytest
 from fixtures import hostpkgs, realnodes
 from fixtures.kube import get_if_present, list_raw
 from fixtures.node_taints import add_taint, remove_taint
+from fixtures.podtimeline import startup_server_s
 from fixtures.pods import create_pods, delete_pods
 from fixtures.preflight_contract import Marks
 from fixtures.real_preflight import restore, run_round
@@ -114,7 +115,7 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
     victim = realnodes.pod_on("evict-victim", run_id, rn.name, image)
     create_pods(api, namespace, [victim])
     pod = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/evict-victim"),
-                   until=lambda p: realnodes.started_s(p or {}) is not None, timeout=60, interval=0.5,
+                   until=lambda p: startup_server_s(p or {}) is not None, timeout=60, interval=0.5,
                    what="the victim container running on the real node")
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     assert cid in _tasks(rn), f"containerd on {rn.name} does not run the victim's container {cid[:12]}"
@@ -180,7 +181,8 @@ def _heartbeats(audit_log, names: list[str]) -> list[dict]:
         except ValueError:
             continue
         ref = e.get("objectRef") or {}
-        if ref.get("name") in names and ref.get("resource") in ("leases", "nodes") and e.get("stage") == "ResponseComplete":
+        if (ref.get("name") in names and ref.get("resource") in ("leases", "nodes")
+                and e.get("stage") == "ResponseComplete"):
             out.append(e)
     return out
 

@@ -30,6 +30,7 @@ import pytest
 
 from fixtures import images, toolchain
 from fixtures.errors import HarnessError
+from fixtures.processes import unmount_under
 from fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.selftest
@@ -337,7 +338,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            images._unmount_under(self.base)
+            unmount_under(self.base)
             wait_for(lambda: self.shims(), timeout=20, interval=0.2, until=lambda s: s == [],
                      what="this containerd's shims gone")
             leftovers = [line for line in Path("/proc/self/mounts").read_text().splitlines()
