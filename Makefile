@@ -18,28 +18,31 @@ ALLURE  := npx --yes allure-commandline@2.46.1
 
 run: setup
 	rm -rf $(RESULTS)
-	$(PY) -m fixtures.prom_history --profile $(PROFILE)
+	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
 	$(PYTEST) suites --profile $(PROFILE) $(ARGS)
 
 test: setup
 	rm -rf $(RESULTS)
-	$(PY) -m fixtures.prom_history --profile smoke
+	$(PY) -m clusterproof.prometheus.history --profile smoke
 	$(PYTEST) tests --profile smoke
 	$(PYTEST) suites --profile smoke
 	$(PYTEST) suites/test_cluster_scale.py --profile nightly
 
 setup: $(VENV)/.installed toolchain
 
-$(VENV)/.installed: requirements.txt
+# The lock (requirements.txt), then clusterproof itself, editable: its pytest11
+# entry point and the clusterproof command, running this checkout's code.
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 toolchain: $(VENV)/.installed
-	$(PY) -m fixtures.toolchain
-	$(PY) -m fixtures.hostpkgs --install
+	$(PY) -m clusterproof.cluster.toolchain
+	$(PY) -m clusterproof.cluster.hostpkgs --install
 	@# the real nodes' images (debootstrap needs root; a run with real nodes builds them, or says why not)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m fixtures.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusterproof.cluster.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
 
 # Allure's trend graphs need the previous report's history: it is kept in
 # reports/history/ between runs (copied into the results before generating,
@@ -58,19 +61,19 @@ FROM ?= v1.34.4
 TO   ?= v1.35.4
 upgrade-check: setup
 	rm -rf $(RESULTS)
-	$(PY) -m fixtures.prom_history --profile $(PROFILE)
-	$(PY) -m reports.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
+	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
+	$(PY) -m clusterproof.report.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
 
 # The GitHub Actions workflows, checked by actionlint (built from the module proxy; also a self-test).
 lint-workflows: $(VENV)/.installed
-	$(PY) -m fixtures.toolchain --only actionlint
+	$(PY) -m clusterproof.cluster.toolchain --only actionlint
 	$$($(PY) -c 'from fixtures import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
 
 bench: setup
-	$(PY) -m bench.bringup $(ARGS)
+	$(PY) -m clusterproof.bench.bringup $(ARGS)
 
 bench-prometheus: setup
-	$(PY) -m bench.prometheus $(ARGS)
+	$(PY) -m clusterproof.bench.prometheus $(ARGS)
 
 clean-clusters: $(VENV)/.installed
-	$(PY) -m fixtures.kwok --sweep-all
+	$(PY) -m clusterproof.cluster.kwok --sweep-all

@@ -2,5 +2,5 @@
 
 Nothing in this package that the pytest process imports may import locust:
 locust monkey-patches the standard library with gevent at import time, so it
-only ever runs as its own process (``load.runner.run_locust``).
+only ever runs as its own process (``clusterproof.core.locust.run_locust``).
 """

@@ -15,7 +15,7 @@ has quit).
         --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
         --burst-jobs 2 --burst-job-size 18 [--burst-rate 20] --csv reports/burst
 
-Sizes come from the profile (``load.runner`` maps profile keys to these
+Sizes come from the profile (``clusterproof.core.locust`` maps profile keys to these
 arguments); the same flags (or CLUSTERPROOF_BURST_* variables) work by hand.
 """
 from __future__ import annotations
@@ -30,10 +30,10 @@ from gevent.event import Event
 from locust import events, task
 from locust.exception import StopUser
 
-from fixtures.pod_spec import pod_body as whole_node_pod
-from fixtures.run import RUN_LABEL
-from load.burst_plan import PHASE_LABEL
-from load.kube_user import KubeApiUser, finish_runner
+from clusterproof.kube.pod_spec import pod_body as whole_node_pod
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.load.kube_user import KubeApiUser, finish_runner
 
 JOB_LABEL = "clusterproof.io/job"
 
@@ -60,7 +60,7 @@ def _burst_args(parser):
 
 
 def pod_body(opts, job: str, index: int) -> dict:
-    """One rank of ``job``: the harness's one pod (fixtures.pod_spec), a whole node of the shared pool."""
+    """One rank of ``job``: the harness's one pod (clusterproof.kube.pod_spec), a whole node of the shared pool."""
     selector = dict([opts.burst_node_selector.split("=", 1)]) if opts.burst_node_selector else None
     return whole_node_pod(f"{job}-{index:05d}", opts.burst_run_id, gpus=opts.burst_gpus,
                           labels={JOB_LABEL: job, PHASE_LABEL: opts.burst_job_prefix}, node_selector=selector,

@@ -40,10 +40,10 @@ from collections import Counter, deque
 from locust import events, task
 from locust.exception import StopUser
 
-from fixtures.pod_spec import pod_body
-from load.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
-from load.kube_user import KubeApiUser, finish_runner
-FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # fixtures.apf's names (locust does not import the client)
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.apf.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
+from clusterproof.load.kube_user import KubeApiUser, finish_runner
+FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # clusterproof.apf.apf's names (locust does not import the client)
 PL_UID_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 
 
@@ -100,7 +100,7 @@ def _start(environment, **_kw):
 
 @events.quit.add_listener
 def _summary(exit_code, **_kw):
-    from load.kube_user import _ENV
+    from clusterproof.load.kube_user import _ENV
     env = _ENV.get("environment")
     prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
     if not prefix:

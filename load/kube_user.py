@@ -6,7 +6,7 @@ one locust request event with a few fixed names ("create pod", "list pods",
 "create podgroup") -- never one name per object, or the stats table would
 have a row per pod.
 
-Identity: a bearer token of a ServiceAccount (``load.identity``), read from a
+Identity: a bearer token of a ServiceAccount (``clusterproof.kube.tokens``), read from a
 file so it never appears on a command line or in a log. The admin
 certificate is in ``system:masters``, which API Priority and Fairness
 exempts; load sent with it would never see a 429.

@@ -44,14 +44,14 @@ import json
 import allure
 import pytest
 
-from fixtures import apf
-from fixtures import flood as fm
-from fixtures.identities import IDENTITIES
-from fixtures.joinstorm import MODES as JOIN_MODES, comparison
-from fixtures.overload import plots
-from fixtures.stats import percentile
-from load.flood_plan import pod_names
-from reports.plugin import measured
+from clusterproof.apf import apf
+from clusterproof.apf import flood as fm
+from clusterproof.cluster.identities import IDENTITIES
+from clusterproof.apf.joinstorm import MODES as JOIN_MODES, comparison
+from clusterproof.apf.overload import plots
+from clusterproof.core.stats import percentile
+from clusterproof.apf.flood_plan import pod_names
+from clusterproof.report.allure import measured
 
 SHOW = 8
 

@@ -5,10 +5,10 @@ node, and several jobs follow back to back. The Kubernetes SLOs (mutating
 API calls p99 <= 1 s, pod startup p99 <= 5 s) are promises for a cluster
 under a sustained, bounded create rate -- not for thousands of pods created
 in one second (a scheduler binding 400 pods/s still needs 7 s for 2,800).
-So, as ClusterLoader2 does, the load comes in two phases (load/burst_plan.py):
+So, as ClusterLoader2 does, the load comes in two phases (clusterproof/burst/plan.py):
 
 - steady: ``burst_steady_pods`` whole-node pods at ``burst_steady_rate``
-  pods/s (chosen below the capacity knee measured by bench/knee.py). Checked:
+  pods/s (chosen below the capacity knee measured by clusterproof/bench/knee.py). Checked:
   the apiserver's own p99 for pod creates <= ``slo_mutating_p99_s``
   (locust's client-side p99 beside it, as a diagnostic), and pod startup p99
   <= ``slo_pod_startup_p99_s`` by the pods' own timestamps
@@ -17,7 +17,7 @@ So, as ClusterLoader2 does, the load comes in two phases (load/burst_plan.py):
   embedded cluster with real nodes (``real_nodes``), 6 pods per real node
   are created over the same window by the harness: a real container's
   start-up (sandbox, CNI, runc, image present) beside the kwok pods', under
-  the same load, held to the same SLO (``fixtures.burst.RealNodePods``).
+  the same load, held to the same SLO (``clusterproof.burst.measure.RealNodePods``).
 - burst: ``burst_jobs`` jobs of ``burst_job_size`` pods created as fast as
   locust can. Checked: every pod created, no 429 and no 5xx, and every job
   bound completely within the time ``burst_bind_rate_min`` pods/s allows
@@ -25,7 +25,7 @@ So, as ClusterLoader2 does, the load comes in two phases (load/burst_plan.py):
 
 The load is locust (``load/burst.py``, its own process, authenticated as a
 ServiceAccount so API Priority and Fairness applies); the measurement is a
-pod watch started before the load (``fixtures.podtimeline``).
+pod watch started before the load (``clusterproof.kube.podtimeline``).
 Negative controls: tests/test_burst_controls.py stops kube-scheduler (every
 check says so at once), throttles it to 1 API call/s (startup SLO and job
 bind times fail), and stalls etcd (the mutating-call SLO fails on the
@@ -38,13 +38,13 @@ import math
 import allure
 import pytest
 
-from fixtures.burst import attach
-from fixtures.stash import PROFILE
-from fixtures.stats import percentile
-from load.burst_plan import burst as burst_phase
-from load.burst_plan import job_bound_s
-from reports.plots import Figure, Series
-from reports.plugin import measured
+from clusterproof.burst.measure import attach
+from clusterproof.report.stash import PROFILE
+from clusterproof.core.stats import percentile
+from clusterproof.burst.plan import burst as burst_phase
+from clusterproof.burst.plan import job_bound_s
+from clusterproof.report.plots import Figure, Series
+from clusterproof.report.allure import measured
 
 # Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
 pytestmark = pytest.mark.destructive
@@ -119,7 +119,7 @@ def _ranked(values: list[float]) -> list[tuple[float, float]]:
 
 
 def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | None, str | None]:
-    """The real nodes' pods of the steady phase (created under the same load; fixtures.burst.RealNodePods):
+    """The real nodes' pods of the steady phase (created under the same load; clusterproof.burst.measure.RealNodePods):
     their p99 reported beside kwok's, held to the same SLO. (None, None) without real nodes."""
     real = run.real_nodes
     if not real:

@@ -18,11 +18,11 @@ import allure
 import pytest
 from kubernetes.utils import parse_quantity
 
-from fixtures import apimetrics
-from fixtures.nodes import LIFECYCLE_TAINTS, is_ready, node_name
-from fixtures.node_plan import node_plan
-from fixtures.stash import PROFILE
-from fixtures.kube import list_raw
+from clusterproof.cluster import apimetrics
+from clusterproof.cluster.nodes import LIFECYCLE_TAINTS, is_ready, node_name
+from clusterproof.cluster.node_plan import node_plan
+from clusterproof.report.stash import PROFILE
+from clusterproof.kube.client import list_raw
 
 SHOW = 10  # offenders named in a failure message; the rest are counted
 

@@ -30,10 +30,10 @@ import time
 import allure
 import pytest
 
-from fixtures.node_plan import node_plan
-from fixtures import gangs as g
-from fixtures.gang_backends import probe_once
-from fixtures.waiting import wait_for
+from clusterproof.cluster.node_plan import node_plan
+from clusterproof.gang import gangs as g
+from clusterproof.gang.backends import probe_once
+from clusterproof.core.waiting import wait_for
 
 
 # --- checks ---------------------------------------------------------------------

@@ -4,7 +4,7 @@ New GPU nodes join with the preflight taint and label; only a passing check
 removes them. Nodes that go bad later are cordoned and drained, within the
 PodDisruptionBudgets and never more than ``preflight_max_unavailable`` at
 once. What is checked (taint, labels, condition and Event names from the
-profile, ``fixtures/preflight_contract.py``):
+profile, ``clusterproof/preflight/contract.py``):
 
 1. every node that joins under preflight is decided within
    ``preflight_quarantine_timeout_s``: exactly the nodes with an injected GPU
@@ -31,7 +31,7 @@ And the checker on the machine the harness runs on (``--local-gpus``: the
 real ``libnvidia-ml``; otherwise the mock, and the report says so).
 
 On a simulated cluster the harness's reference agent plays the cluster's
-preflight DaemonSet and remediation (``fixtures/preflight_agent.py``: the
+preflight DaemonSet and remediation (``clusterproof/preflight/agent.py``: the
 real checker with real pynvml against each node's simulated GPUs); on real
 hardware the cluster's own machinery is tested. Joining and going bad need
 simulated GPUs (faults cannot be injected into real ones): checks 1-3 run on
@@ -48,19 +48,19 @@ from __future__ import annotations
 import allure
 import pytest
 
-from fixtures.gpu_pods import (cross_check, gpu_rows, idle_gpu_nodes, render_table, run_checker_pods,
+from clusterproof.preflight.gpu_pods import (cross_check, gpu_rows, idle_gpu_nodes, render_table, run_checker_pods,
                                simulate_checker_pods, table_csv)
-from fixtures.errors import HarnessError
-from fixtures.mock_nvml import FAULTS, checker_env, library_dir, run_checker
-from fixtures.pods import list_pods
-from fixtures.preflight import WAIT_LABEL, remove_waiting_workloads
-from fixtures.preflight_contract import evictable, is_workload
-from fixtures.preflight_phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
-from fixtures.stash import EXTRA_ENV
-from fixtures.stats import percentile
-from fixtures.waiting import WaitTimeout, wait_for
-from reports.plots import Figure, Series
-from reports.plugin import measured
+from clusterproof.core.errors import HarnessError
+from clusterproof.preflight.mock_nvml import FAULTS, checker_env, library_dir, run_checker
+from clusterproof.kube.pods import list_pods
+from clusterproof.preflight.run import WAIT_LABEL, remove_waiting_workloads
+from clusterproof.preflight.contract import evictable, is_workload
+from clusterproof.preflight.phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
+from clusterproof.report.stash import EXTRA_ENV
+from clusterproof.core.stats import percentile
+from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.report.plots import Figure, Series
+from clusterproof.report.allure import measured
 
 SHOW = 10
 
@@ -183,7 +183,7 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
     else:
         if not profile.preflight_image:
             pytest.fail("clusterproof: preflight_image is empty: name an image with this repository's preflight "
-                        "package and nvidia-ml-py (preflight/Dockerfile) to check real GPU nodes", pytrace=False)
+                        "package and nvidia-ml-py (clusterproof/preflight/checker/Dockerfile) to check real GPU nodes", pytrace=False)
         nodes = idle_gpu_nodes(api)
         if not nodes:
             pytest.skip("no idle GPU node (nvidia.com/gpu allocatable, no workload pod) to run the checker on")

@@ -47,15 +47,17 @@ import time
 import allure
 import pytest
 
-from fixtures import apimetrics, prom_limits, promslo
-from fixtures.kube import raw_request
-from fixtures.pod_spec import pod_body
-from fixtures.prom_limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
-from fixtures.promclient import duration_s
-from fixtures.run import metadata
-from fixtures.waiting import wait_for
-from load.prom_queries import tiny_timeout_probe
-from reports.plugin import measured
+from clusterproof.cluster import apimetrics
+from clusterproof.prometheus import limits as prom_limits
+from clusterproof.prometheus import slo as promslo
+from clusterproof.kube.client import raw_request
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.prometheus.limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
+from clusterproof.prometheus.client import duration_s
+from clusterproof.core.run import metadata
+from clusterproof.core.waiting import wait_for
+from clusterproof.prometheus.queries import tiny_timeout_probe
+from clusterproof.report.allure import measured
 
 MIB = 1 << 20
 
@@ -301,15 +303,15 @@ PROBE_RESOURCE = "podtemplates"   # no controller creates them: nothing else lan
 
 
 def probe_template(name, run_id):
-    """A PodTemplate holding the harness's one pod (``fixtures.pod_spec``): stored, never run."""
+    """A PodTemplate holding the harness's one pod (``clusterproof.kube.pod_spec``): stored, never run."""
     return {"metadata": metadata(name, run_id), "template": {"spec": pod_body(name, run_id)["spec"]}}
 
 
 @pytest.mark.smoke
 def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster, namespace, run_id):
     """The API-call SLO figure two ways over the same window: PromQL over what Prometheus scraped
-    (``fixtures.promslo``, every replica) and the kube-apiserver's own ``/metrics`` snapshots
-    (``fixtures.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
+    (``clusterproof.prometheus.slo``, every replica) and the kube-apiserver's own ``/metrics`` snapshots
+    (``clusterproof.cluster.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
     namespace. Prometheus' window runs from its first scrape after the first snapshot to its first scrape
     after the second, so the two windows differ by a few seconds at each end: the probe writes a kind no
     controller writes (a ConfigMap probe once counted 21 against 20 at 7,500 nodes: another client's
@@ -344,4 +346,4 @@ def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster
     if replicas <= 1:
         assert p.count == d.count, f"the instruments disagree on the window: /metrics {d}; PromQL {p}"
         assert abs(p.p99_s - d.p99_s) <= 1e-9 * max(1.0, d.p99_s), \
-            f"same buckets, different p99: /metrics {d}; PromQL {p} (histogram_quantile differs from fixtures.stats)"
+            f"same buckets, different p99: /metrics {d}; PromQL {p} (histogram_quantile differs from clusterproof.core.stats)"

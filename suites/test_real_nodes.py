@@ -1,7 +1,7 @@
 """Real nodes in the loop: a real kubelet and containerd beside the kwok nodes.
 
 Each check here runs on the embedded cluster's real nodes (profile key
-``real_nodes``; ``fixtures/realnodes.py``): containers really start, the
+``real_nodes``; ``clusterproof/cluster/realnodes.py``): containers really start, the
 kubelet itself admits and kills them, and its own identity renews its node
 Lease. What is real and what is simulated, said on every page:
 
@@ -15,7 +15,7 @@ Lease. What is real and what is simulated, said on every page:
   path of a real GPU node.
 
 A real container's start-up is measured in the burst suite's steady phase,
-beside the kwok pods' and under the same load (``fixtures.burst.RealNodePods``),
+beside the kwok pods' and under the same load (``clusterproof.burst.measure.RealNodePods``),
 held to the same pod-startup SLO. The API overload suite's lease check covers
 the real node's Lease during the flood.
 
@@ -35,16 +35,17 @@ import time
 import allure
 import pytest
 
-from fixtures import hostpkgs, realnodes
-from fixtures.kube import get_if_present, list_raw
-from fixtures.node_taints import add_taint, remove_taint
-from fixtures.podtimeline import startup_server_s
-from fixtures.pods import create_pods, delete_pods
-from fixtures.preflight_contract import Marks
-from fixtures.real_preflight import restore, run_round
-from fixtures.waiting import WaitTimeout, wait_for
-from reports.plots import Figure, Series
-from reports.plugin import measured
+from clusterproof.cluster import hostpkgs
+from clusterproof.cluster import realnodes
+from clusterproof.kube.client import get_if_present, list_raw
+from clusterproof.taints.node_taints import add_taint, remove_taint
+from clusterproof.kube.podtimeline import startup_server_s
+from clusterproof.kube.pods import create_pods, delete_pods
+from clusterproof.preflight.contract import Marks
+from clusterproof.preflight.real import restore, run_round
+from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.report.plots import Figure, Series
+from clusterproof.report.allure import measured
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events
 EVICT_TAINT = "clusterproof.io/evict-check"
@@ -169,7 +170,7 @@ def _pod_events(api, namespace: str, pod: str) -> list[dict]:
 # --- 3. API Priority and Fairness sees a kubelet ------------------------------------------------------
 
 def _heartbeats(audit_log, names: list[str]) -> list[dict]:
-    """The real nodes' Lease and node-status writes the apiserver audited (fixtures.realnodes.audit_rules)."""
+    """The real nodes' Lease and node-status writes the apiserver audited (clusterproof.cluster.realnodes.audit_rules)."""
     out = []
     try:
         lines = audit_log.read_text(errors="replace").splitlines()

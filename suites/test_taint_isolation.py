@@ -21,7 +21,7 @@ steered with node selectors and the outcome is read from the API):
 6. nodes with the preflight taint get no work, and a new node gets work only
    once its preflight taint is removed.
 
-The admission step is the harness's own (fixtures/admission.py: a
+The admission step is the harness's own (clusterproof/taints/admission.py: a
 MutatingAdmissionPolicy and a ValidatingAdmissionPolicy bound to this run's
 namespaces) on a simulated cluster, or the cluster's own
 (``team_admission``). Checks that taint nodes or take whole GPU nodes are
@@ -37,18 +37,18 @@ import allure
 import pytest
 from kubernetes import client
 
-from fixtures import placement as pl
-from fixtures.admission import TeamRules, describe_toleration, team_tolerations
-from fixtures.apicalls import refused_by_rbac
-from fixtures.errors import HarnessError
-from fixtures.isolation import CHECK_LABEL, check_pod, check_pods
-from fixtures.informer import Informer
-from fixtures.kube import api_message, list_raw, raw_request
-from fixtures.node_taints import NotIdle, borrow_idle_node, create_scratch_nodes
-from fixtures.pods import create_pods, pod_events, terminating, try_create
-from fixtures.run import RUN_LABEL
-from fixtures.stash import PROFILE
-from fixtures.waiting import wait_for
+from clusterproof.kube import placement as pl
+from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
+from clusterproof.kube.apicalls import refused_by_rbac
+from clusterproof.core.errors import HarnessError
+from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.client import api_message, list_raw, raw_request
+from clusterproof.taints.node_taints import NotIdle, borrow_idle_node, create_scratch_nodes
+from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.report.stash import PROFILE
+from clusterproof.core.waiting import wait_for
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
 EVICTION_REASON = "TaintManagerEviction"       # kube-controller-manager's taint-eviction-controller
@@ -250,7 +250,7 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
             raise
         if refused_by_rbac(e):   # not admission's verdict: the harness may not ask
             raise HarnessError(f"the harness may not patch its own pod in namespace {ns} ({api_message(e)}), so it "
-                               "cannot tell whether admission refuses the update: grant it (fixtures/rbac.yaml "
+                               "cannot tell whether admission refuses the update: grant it (clusterproof/kube/rbac.yaml "
                                "clusterproof-team)") from None
         outcome.append(f"{ns}/{team}-later: update adding {describe_toleration(sneak)} refused: {api_message(e)}")
     # Corrected pods were sent to a pool they may not use: they must stay off it.

@@ -41,13 +41,13 @@ import json
 import allure
 import pytest
 
-from fixtures.pernode_service import ENDPOINTS_MAX_CAPACITY, OVER_CAPACITY
-from fixtures.stash import PROFILE
-from fixtures.watch_analysis import size_with, within_budget
-from fixtures.watch_bandwidth import ENDPOINTS, SLICES
-from fixtures.watch_report import bytes_text, per_change, projection, projection_figure, summary
-from fixtures.watchwire import ENCODINGS, PROTOBUF
-from reports.plugin import measured
+from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY, OVER_CAPACITY
+from clusterproof.report.stash import PROFILE
+from clusterproof.watch.analysis import size_with, within_budget
+from clusterproof.watch.measure import ENDPOINTS, SLICES
+from clusterproof.watch.figures import bytes_text, per_change, projection, projection_figure, summary
+from clusterproof.watch.wire import ENCODINGS, PROTOBUF
+from clusterproof.report.allure import measured
 
 SHOW = 3
 DEPRECATION = "v1 Endpoints is deprecated"

@@ -2,7 +2,7 @@
 
 Why: many self-tests point a pytest run at the session cluster with
 ``--kubeconfig``; a cluster with a node that is not a kwok node is real
-hardware to the harness (``fixtures.kube.is_simulated``: a forgeable label
+hardware to the harness (``clusterproof.kube.client.is_simulated``: a forgeable label
 must never make a real cluster look simulated), so those runs would take the
 real-cluster path. The real-node self-tests start clusters of their own
 (tests/test_real_node_controls.py); ``pytest suites`` (the second half of

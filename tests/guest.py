@@ -17,15 +17,15 @@ from pathlib import Path
 
 import yaml
 
-from fixtures import access
-from fixtures import admission as adm
-from fixtures.isolation import PRIORITY_CLASSES
-from fixtures.kube import create_if_absent, delete_if_present, list_raw, raw_request
-from fixtures.pernode_service import PerNodeService, Step
-from fixtures.pods import delete_run_pods
-from fixtures.run import metadata
-from fixtures.waiting import wait_for
-from fixtures.watch_bandwidth import pool_nodes
+from clusterproof.kube import access
+from clusterproof.taints import admission as adm
+from clusterproof.taints.isolation import PRIORITY_CLASSES
+from clusterproof.kube.client import create_if_absent, delete_if_present, list_raw, raw_request
+from clusterproof.watch.pernode_service import PerNodeService, Step
+from clusterproof.kube.pods import delete_run_pods
+from clusterproof.core.run import metadata
+from clusterproof.core.waiting import wait_for
+from clusterproof.watch.measure import pool_nodes
 
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fixtures.kube import raw_request
-from fixtures.waiting import wait_for
+from clusterproof.kube.client import raw_request
+from clusterproof.core.waiting import wait_for
 
 DIR = Path(os.environ.get("CP_LIVENESS_DIR", "."))
 

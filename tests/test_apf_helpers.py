@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from fixtures import apf
-from fixtures import flood as fm
-from fixtures.identities import sans
-from fixtures.overload import level_body, schema_body
-from load.flood_plan import split
+from clusterproof.apf import apf
+from clusterproof.apf import flood as fm
+from clusterproof.cluster.identities import sans
+from clusterproof.apf.overload import level_body, schema_body
+from clusterproof.apf.flood_plan import split
 
 pytestmark = pytest.mark.selftest
 
@@ -183,7 +183,7 @@ def test_certificate_sans_are_typed_and_unique():
 
 
 def test_entropy_rule_matches_the_apiserver():
-    from fixtures.profile import load_profile
+    from clusterproof.config.profile import load_profile
     with pytest.raises(Exception, match="needs 63 bits of entropy"):
         load_profile("smoke", ["apf_flood_queues=512", "apf_flood_hand_size=7"])
     assert math.ceil(math.log2(64) * 6) <= 60
@@ -191,7 +191,7 @@ def test_entropy_rule_matches_the_apiserver():
 
 
 def test_recovery_needs_a_full_window_of_fast_requests_and_none_stuck():
-    from fixtures.overload import recovery_state
+    from clusterproof.apf.overload import recovery_state
     fast = [fm.Sample(100 + i * 0.2, "get configmap", 0.02, 200) for i in range(30)]
     assert recovery_state(fast, 106.0, None, 100.0, 0.1)["ok"]
     assert not recovery_state(fast, 104.0, None, 100.0, 0.1)["ok"], "the window is not full yet"
@@ -209,7 +209,7 @@ def test_component_certificates_carry_their_identities(tmp_path):
 
     import yaml
 
-    from fixtures.identities import IDENTITIES, components_patches, write_pki
+    from clusterproof.cluster.identities import IDENTITIES, components_patches, write_pki
     write_pki(tmp_path / "pki")
 
     def subject(name):
@@ -238,7 +238,7 @@ def test_component_certificates_carry_their_identities(tmp_path):
 
 def test_only_the_known_eviction_504_is_not_an_error():
     """The guard excuses exactly an eviction's PDB-conflict 504; a 504 on a plain pod create still fails."""
-    from fixtures import apiguard
+    from clusterproof.cluster import apiguard
 
     def scrape(evict, create):
         row = 'apiserver_request_total{code="504",component="apiserver",group="",resource="pods",scope="resource",'

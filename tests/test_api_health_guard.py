@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from fixtures.apiguard import Health, describe, rejections, server_errors
+from clusterproof.cluster.apiguard import Health, describe, rejections, server_errors
 from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest

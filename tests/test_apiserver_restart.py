@@ -26,12 +26,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fixtures.kube import list_raw, load_client
-from fixtures.kwok import NAME_PREFIX, KwokCluster
-from fixtures.run import RUN_LABEL
-from fixtures.waiting import wait_for
-from load.burst_plan import PHASE_LABEL
-from reports.plugin import categories
+from clusterproof.kube.client import list_raw, load_client
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.waiting import wait_for
+from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.report.allure import categories
 from tests.harness import background_pytest, ended_early
 
 pytestmark = pytest.mark.selftest

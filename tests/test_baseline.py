@@ -1,4 +1,4 @@
-"""Self-tests of the baseline comparison (reports.compare, reports.summary), both ways.
+"""Self-tests of the baseline comparison (clusterproof.report.compare, clusterproof.report.summary), both ways.
 
 Pure helpers first (two made-up summaries: what regresses, what is noise,
 what has no direction, what flipped, a folder's median, a bad baseline).
@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from reports import compare, summary
-from reports.compare import Row, Tolerance
+from clusterproof.report import compare
+from clusterproof.report import summary
+from clusterproof.report.compare import Row, Tolerance
 from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest

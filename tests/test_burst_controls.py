@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures.health import leader_problems
-from fixtures.run import RUN_LABEL, new_run_id
-from fixtures.waiting import wait_for
-from fixtures.kube import list_raw
+from clusterproof.cluster.health import leader_problems
+from clusterproof.core.run import RUN_LABEL, new_run_id
+from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import list_raw
 from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest
@@ -231,8 +231,8 @@ def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, na
     ``--processes``): every pod is created exactly once across the workers and
     the master's final statistics count all of them.
     """
-    from load.identity import create_load_identity
-    from load.runner import LOCUST, ROOT, read_stats
+    from clusterproof.kube.tokens import create_load_identity
+    from clusterproof.core.locust import LOCUST, ROOT, read_stats
 
     jobs, size, workers = 2, 10, 2
     ident = create_load_identity(cluster.api, namespace, run_id, tmp_path / "id")

@@ -19,12 +19,13 @@ import psutil
 import pytest
 import yaml
 
-from fixtures import preflight, toolchain
-from fixtures.errors import HarnessError
-from fixtures.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
-from fixtures.processes import clear_pid_files, owner_alive, this_host
-from fixtures.promserver import runs_root, sweep_runs
-from fixtures.waiting import wait_for
+from clusterproof.preflight import run as preflight
+from clusterproof.cluster import toolchain
+from clusterproof.core.errors import HarnessError
+from clusterproof.cluster.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
+from clusterproof.core.processes import clear_pid_files, owner_alive, this_host
+from clusterproof.prometheus.server import runs_root, sweep_runs
+from clusterproof.core.waiting import wait_for
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.selftest
@@ -174,14 +175,14 @@ def test_teardown_kills_only_the_clusters_own_processes(fake_cluster_dir):
 @pytest.mark.parametrize("path", ["sweep", "sweep-all"])
 def test_a_stale_pid_file_never_gets_an_unrelated_process_killed(path, fake_cluster_dir):
     """The cluster of a run killed long ago, deleted by the next run's sweeper or by ``make
-    clean-clusters`` (``python -m fixtures.kwok --sweep-all``): kwokctl runs, and only the cluster's
+    clean-clusters`` (``python -m clusterproof.cluster.kwok --sweep-all``): kwokctl runs, and only the cluster's
     own process dies."""
     kc, procs = fake_cluster_dir
     (kc.directory / OWNER_FILE).write_text(json.dumps(_dead_owner()))
     if path == "sweep":
         assert kc.name in sweep_clusters()
     else:
-        out = subprocess.run([sys.executable, "-m", "fixtures.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0 and f"deleted {kc.name}" in out.stdout, out.stdout + out.stderr
     _own_killed_and_no_other(kc, procs)
@@ -218,7 +219,7 @@ def test_an_owner_recorded_on_another_host_is_never_judged_dead_here(what, fake_
         (kc.directory / OWNER_FILE).write_text(json.dumps(owner))
         (kc.directory / "keep").touch()   # even --sweep-all, which deletes kept clusters, leaves it
         assert kc.name not in sweep_clusters(say=said.append)
-        out = subprocess.run([sys.executable, "-m", "fixtures.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
         said.append(out.stdout)
         with pytest.raises(HarnessError, match="elsewhere.example"):
@@ -243,7 +244,7 @@ def test_an_owner_recorded_on_another_host_is_never_judged_dead_here(what, fake_
 def test_an_interrupted_locust_run_leaves_no_locust_process(tmp_path):
     """``run_locust`` with locust's ``--processes`` workers, interrupted: master and forked workers go."""
     prefix = tmp_path / "idle"
-    script = ("from pathlib import Path; from load.runner import run_locust; "
+    script = ("from pathlib import Path; from clusterproof.core.locust import run_locust; "
               f"run_locust('tests/locust_idle.py', 'http://127.0.0.1:9', 4, [], Path({str(prefix)!r}), "
               "timeout_s=300, processes=2)")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,

@@ -27,12 +27,12 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from fixtures import redact
-from fixtures.errors import HarnessError
-from fixtures.promclient import Prom
-from fixtures.promserver import runs_root
+from clusterproof.core import redact
+from clusterproof.core.errors import HarnessError
+from clusterproof.prometheus.client import Prom
+from clusterproof.prometheus.server import runs_root
 from tests.harness import background_pytest, ended_early, kill_run, run_pytest
-from fixtures.access import HOME
+from clusterproof.kube.access import HOME
 from tests import guest
 from tests.test_prometheus_bad_input import assert_nowhere
 from tests.test_prometheus_cleanup import _running_prometheus

@@ -17,9 +17,9 @@ import os
 
 import pytest
 
-from fixtures import coscheduling
-from fixtures import gangs as g
-from fixtures.waiting import wait_for
+from clusterproof.gang import coscheduling
+from clusterproof.gang import gangs as g
+from clusterproof.core.waiting import wait_for
 from tests.harness import allure_results, run_pytest
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]

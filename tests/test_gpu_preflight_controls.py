@@ -29,12 +29,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fixtures.kube import list_raw
-from fixtures.liveness import wait_expired
-from fixtures.nodes import node_bodies
-from fixtures.preflight_contract import Marks
-from fixtures.run import RUN_LABEL
-from fixtures.waiting import wait_for
+from clusterproof.kube.client import list_raw
+from clusterproof.kube.liveness import wait_expired
+from clusterproof.cluster.nodes import node_bodies
+from clusterproof.preflight.contract import Marks
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.waiting import wait_for
 from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt, kill_run,
                            run_leftovers, run_pytest)
 
@@ -64,7 +64,7 @@ def leftovers(cluster, profile, session_run: str, run_id: str) -> list[str]:
     api, marks = cluster.api, Marks.from_profile(profile)
     left = run_leftovers(api, run_id)
     left += [f"agent process {p.pid}" for p in psutil.process_iter(["cmdline"])
-             if "fixtures.preflight_agent" in " ".join(p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+             if "clusterproof.preflight.agent" in " ".join(p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
     nodes = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}
     for body in node_bodies(profile, session_run):
         name = body["metadata"]["name"]
@@ -209,7 +209,7 @@ def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, api_gu
         _wait_cordoned(cluster, proc, rid)
         kill_run(proc, api_guard, gone=lambda: not [
             p.pid for p in psutil.process_iter(["cmdline"])
-            if rid in (p.info["cmdline"] or []) and "fixtures.preflight_agent" in " ".join(p.info["cmdline"])])
+            if rid in (p.info["cmdline"] or []) and "clusterproof.preflight.agent" in " ".join(p.info["cmdline"])])
     left = run_leftovers(cluster.api, rid)
     assert any(x.startswith("scratch node") for x in left), left   # the kill really left something
     wait_expired(cluster.api, rid, timeout=60)

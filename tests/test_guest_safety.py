@@ -27,16 +27,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fixtures import node_taints
-from fixtures.access import HOME
-from fixtures.informer import watch_lines
-from fixtures.kube import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
-from fixtures.liveness import RunLease, wait_expired
-from fixtures.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
-from fixtures.ownership import OwnerRecord, is_recorded
-from fixtures.pod_spec import pod_body
-from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from fixtures.waiting import wait_for
+from clusterproof.taints import node_taints
+from clusterproof.kube.access import HOME
+from clusterproof.kube.informer import watch_lines
+from clusterproof.kube.client import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
+from clusterproof.kube.liveness import RunLease, wait_expired
+from clusterproof.taints.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
+from clusterproof.kube.ownership import OwnerRecord, is_recorded
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.core.waiting import wait_for
 from tests.harness import ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest

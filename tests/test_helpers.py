@@ -9,15 +9,18 @@ import types
 import pytest
 from kubernetes import client
 
-from fixtures import access, apimetrics, kube, node_taints
-from fixtures.access import Manifest
-from fixtures.apicalls import Call, classify, refused_by_rbac
-from fixtures.errors import HarnessError
-from fixtures.informer import Gone, Informer
-from fixtures.node_plan import node_plan
-from fixtures.profile import load_profile
-from fixtures.stats import histogram_quantile, percentile
-from fixtures.waiting import WaitTimeout, wait_for
+from clusterproof.kube import access
+from clusterproof.cluster import apimetrics
+from clusterproof.kube import client as kube
+from clusterproof.taints import node_taints
+from clusterproof.kube.access import Manifest
+from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
+from clusterproof.core.errors import HarnessError
+from clusterproof.kube.informer import Gone, Informer
+from clusterproof.cluster.node_plan import node_plan
+from clusterproof.config.profile import load_profile
+from clusterproof.core.stats import histogram_quantile, percentile
+from clusterproof.core.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.selftest
 
@@ -219,8 +222,8 @@ class _Item:
 def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped):
     import types
 
-    from fixtures import session
-    from fixtures.stash import REAL_HARDWARE
+    from clusterproof.cluster import session
+    from clusterproof.report.stash import REAL_HARDWARE
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
                                    option=types.SimpleNamespace(allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
@@ -234,7 +237,7 @@ def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped)
 def test_report_titles_are_sentences_and_docstrings_read_as_html():
     import types
 
-    from reports.plugin import as_html, sentence
+    from clusterproof.report.allure import as_html, sentence
     item = types.SimpleNamespace(originalname="test_gang_is_bound_all_together", name="test_gang_is_bound_all_together[native]")
     assert sentence(item) == "Gang is bound all together (native)"
     html = as_html("What holds.\nStill the same paragraph.\n\n- a ``key``\n  continued\n- b")
@@ -246,7 +249,7 @@ def test_report_titles_are_sentences_and_docstrings_read_as_html():
 
 
 def test_a_suites_failure_message_is_its_own_sentence():
-    from reports.plugin import plain_failure
+    from clusterproof.report.allure import plain_failure
     with pytest.raises(AssertionError) as e:
         assert not [1, 2], "mutating latency SLO broken: PATCH nodes p99 1.2 s"
     plain_failure(e)
@@ -261,8 +264,8 @@ def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(mon
     import types
     from collections import defaultdict
 
-    from fixtures.stash import BRINGUP_S
-    from reports import timing
+    from clusterproof.report.stash import BRINGUP_S
+    from clusterproof.report import timing
     config = types.SimpleNamespace(stash={BRINGUP_S: 100.0})
     for name, value in (("_durations", defaultdict(float)), ("_tests", defaultdict(int)), ("_bringup", [0.0]),
                         ("_config", [config])):
@@ -285,7 +288,7 @@ def test_a_cluster_without_the_home_namespace_is_told_how_to_provision_it(monkey
     monkeypatch.setattr(kube, "get_if_present", lambda api, path, query=None: None)
     with pytest.raises(HarnessError, match=r"namespace clusterproof \(the harness's home: run Leases, owner "
                                            r"records\) does not exist on https://10.0.0.1:6443: kubectl apply -f "
-                                           r"fixtures/rbac.yaml"):
+                                           r"clusterproof/kube/rbac.yaml"):
         access.check(_api(), destructive=False)
 
 

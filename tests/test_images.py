@@ -1,4 +1,4 @@
-"""The node images (fixtures/images.py): the pause binary, both archives, and the checker run by a real containerd.
+"""The node images (clusterproof/cluster/images.py): the pause binary, both archives, and the checker run by a real containerd.
 
 A private containerd (own root, state and socket in a temporary directory; the
 CRI plugin disabled, so it never touches the host's /etc/cni or a kubelet)
@@ -28,10 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import images, toolchain
-from fixtures.errors import HarnessError
-from fixtures.processes import unmount_under
-from fixtures.waiting import wait_for
+from clusterproof.cluster import images
+from clusterproof.cluster import toolchain
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.processes import unmount_under
+from clusterproof.core.waiting import wait_for
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,7 +223,7 @@ def test_checker_image_matches_the_dockerfile(built):
 # ---------------------------------------------------------------- bad input
 
 def _cli(*args: str, env: dict | None = None, user: int | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "fixtures.images", *args]
+    cmd = [sys.executable, "-m", "clusterproof.cluster.images", *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

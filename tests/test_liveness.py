@@ -29,13 +29,13 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from fixtures import liveness
-from fixtures.kube import delete_if_present, raw_request
-from fixtures.liveness import LEASES, LIVENESS_EXIT, MICRO, RunLease, run_states, wait_expired
-from fixtures.run import metadata
-from fixtures.session import LivenessGuard, LivenessLost
-from fixtures.stash import CLUSTER
-from fixtures.waiting import wait_for
+from clusterproof.kube import liveness
+from clusterproof.kube.client import delete_if_present, raw_request
+from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, MICRO, RunLease, run_states, wait_expired
+from clusterproof.core.run import metadata
+from clusterproof.cluster.session import LivenessGuard, LivenessLost
+from clusterproof.report.stash import CLUSTER
+from clusterproof.core.waiting import wait_for
 from tests.harness import background_pytest, ended_early, junit_verdicts, run_leftovers
 
 pytestmark = pytest.mark.selftest
@@ -349,7 +349,7 @@ class FakeRun:
 
     @property
     def lease_namespace(self) -> str:
-        return "clusterproof"      # the harness's home namespace (fixtures/rbac.yaml)
+        return "clusterproof"      # the harness's home namespace (clusterproof/kube/rbac.yaml)
 
     @property
     def lease_name(self) -> str:

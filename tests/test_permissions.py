@@ -34,13 +34,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from fixtures import access
-from fixtures.access import FORBIDDEN, Manifest, over_broad
-from fixtures.apicalls import FORBIDDEN_RBAC, Call, load_dump
-from fixtures.coscheduling import OWN_SCHEDULER
-from fixtures.kube import api_message, load_client, merge_patch, raw_request
-from fixtures.waiting import wait_for
-from load.identity import LOAD_RULES
+from clusterproof.kube import access
+from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
+from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
+from clusterproof.gang.coscheduling import OWN_SCHEDULER
+from clusterproof.kube.client import api_message, load_client, merge_patch, raw_request
+from clusterproof.core.waiting import wait_for
+from clusterproof.kube.tokens import LOAD_RULES
 from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
 
@@ -180,7 +180,7 @@ def test_every_call_of_a_guest_run_is_allowed_by_the_manifest(guest_runs, mode):
 
 
 def test_every_rule_of_the_manifest_is_used_by_a_guest_run(guest_runs):
-    """A rule no run used is a permission granted for nothing. The load's Role (load/identity.py) counts
+    """A rule no run used is a permission granted for nothing. The load's Role (clusterproof/kube/tokens.py) counts
     as a use of what it grants: RBAC lets the harness grant only what it holds itself."""
     g = guest_runs["destructive"]
     calls = set(guest_runs["read-only"].calls) | set(g.calls)
@@ -289,7 +289,7 @@ def test_a_view_only_identity_is_told_what_is_missing_in_one_line(cluster, run_i
         run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
     assert_one_line(run, f"system:serviceaccount:{access.HOME}:{sa} may not", "get,list,watch nodes cluster-wide "
                     "(clusterproof)", "get /metrics", "ServiceAccount clusterproof/clusterproof with "
-                    "fixtures/rbac.yaml")
+                    "clusterproof/kube/rbac.yaml")
     assert token not in run.output
 
 
@@ -346,7 +346,7 @@ def pool_unlabelled(cluster):
 def test_a_cluster_without_the_namespace_pool_is_told_in_one_line_how_to_provision_it(cluster, pool_unlabelled,
                                                                                      tmp_path):
     run = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig)], tmp_path, timeout=120)
-    assert_one_line(run, f"is labelled {access.POOL_LABEL}=true", "kubectl apply -f fixtures/rbac.yaml")
+    assert_one_line(run, f"is labelled {access.POOL_LABEL}=true", "kubectl apply -f clusterproof/kube/rbac.yaml")
 
 
 def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
@@ -354,7 +354,7 @@ def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
     profile.write_text("teams: [research, applied]\nteam_namespaces: [research=ml-research, applied=ml-applied]\n")
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "fixtures.access", "team-bindings", "--profile", str(profile)],
+    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--profile", str(profile)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))

@@ -2,7 +2,7 @@
 
 No monkeypatched Python: every case runs ``python -m preflight check`` as a
 fresh process whose ``LD_LIBRARY_PATH`` puts the mock ``libnvidia-ml.so.1``
-(preflight/mocknvml: go-nvml's mock DGX machines) first, with a fault file
+(clusterproof/preflight/checker/mocknvml: go-nvml's mock DGX machines) first, with a fault file
 saying what is wrong with which simulated machine. Every injected fault must
 fail the machine with its reason (a fault the checker misses is a failure
 here), every benign condition must pass, and every way NVML can be unusable
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from fixtures.mock_nvml import BENIGN, FAULTS, FaultFile, checker_env, library_dir, run_checker
+from clusterproof.preflight.mock_nvml import BENIGN, FAULTS, FaultFile, checker_env, library_dir, run_checker
 
 pytestmark = pytest.mark.selftest
 EVERY_CHECK = {"gpu-lost", "gpu-count", "xid", "ecc-uncorrectable", "row-remap-failed", "row-remap-pending",

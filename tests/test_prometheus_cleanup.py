@@ -17,10 +17,10 @@ import sys
 import psutil
 import pytest
 
-from fixtures.kwok import NAME_PREFIX, KwokCluster
-from fixtures.processes import owned_process
-from fixtures.promserver import PID_FILE, runs_root, sweep_runs
-from fixtures.waiting import wait_for
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+from clusterproof.core.processes import owned_process
+from clusterproof.prometheus.server import PID_FILE, runs_root, sweep_runs
+from clusterproof.core.waiting import wait_for
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.selftest

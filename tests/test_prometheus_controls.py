@@ -25,7 +25,7 @@ import pytest
 import requests
 from prometheus_api_client import PrometheusConnect
 
-from load.prom_queries import tiny_timeout_probe
+from clusterproof.prometheus.queries import tiny_timeout_probe
 from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest

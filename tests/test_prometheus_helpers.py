@@ -9,12 +9,13 @@ import threading
 import pytest
 import requests
 from prometheus_api_client import PrometheusApiClientException
-from fixtures import promslo, toolchain
-from fixtures.prom_history import (BLOCK_S, SHARD_MARK, Shape, _backfill_shard, families, node_names, openmetrics,
+from clusterproof.prometheus import slo as promslo
+from clusterproof.cluster import toolchain
+from clusterproof.prometheus.history import (BLOCK_S, SHARD_MARK, Shape, _backfill_shard, families, node_names, openmetrics,
                                    window_for)
-from fixtures.prom_limits import Scrapes, limit_bound, scrapes
-from fixtures.promclient import PARSE_BYTES, Answer, Prom, answer_from, duration_s, from_library_error
-from load.prom_queries import MAX_POINTS, max_samples_query, seed_queries
+from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
+from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, duration_s, from_library_error
+from clusterproof.prometheus.queries import MAX_POINTS, max_samples_query, seed_queries
 
 pytestmark = pytest.mark.selftest
 

@@ -31,11 +31,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fixtures import realnodes
-from fixtures.kube import list_raw, load_client
-from fixtures.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
-from fixtures.run import RUN_LABEL
-from fixtures.waiting import wait_for
+from clusterproof.cluster import realnodes
+from clusterproof.kube.client import list_raw, load_client
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.waiting import wait_for
 from tests.harness import allure_results, background_pytest, ended_early, interrupt, junit_verdicts, run_pytest
 
 pytestmark = pytest.mark.selftest

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import gpu_runtime, hostpkgs, realnodes
-from fixtures.errors import HarnessError
-from fixtures.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
-from fixtures.mock_nvml import FAULTS_ENV, MACHINE_ENV
+from clusterproof.cluster import gpu_runtime
+from clusterproof.cluster import hostpkgs
+from clusterproof.cluster import realnodes
+from clusterproof.core.errors import HarnessError
+from clusterproof.cluster.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
+from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
 
 pytestmark = pytest.mark.selftest
 

@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from fixtures import admission as adm
-from fixtures import placement as pl
-from fixtures.profile_rules import parse_team_namespaces
-from fixtures.errors import HarnessError
-from fixtures.profile import load_profile
-from fixtures.run import RUN_LABEL
+from clusterproof.taints import admission as adm
+from clusterproof.kube import placement as pl
+from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.errors import HarnessError
+from clusterproof.config.profile import load_profile
+from clusterproof.core.run import RUN_LABEL
 
 pytestmark = pytest.mark.selftest
 KEY = "openai.com/team"

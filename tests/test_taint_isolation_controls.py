@@ -23,17 +23,17 @@ import os
 
 import pytest
 
-from fixtures import admission as adm
-from fixtures.access import HOME
-from fixtures.kube import delete_if_present, list_raw, raw_request
-from fixtures.liveness import RunLease, wait_expired
-from fixtures.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_key, borrow_idle_node,
+from clusterproof.taints import admission as adm
+from clusterproof.kube.access import HOME
+from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.liveness import RunLease, wait_expired
+from clusterproof.taints.node_taints import (ADDED_TAINTS_PREFIX, add_taint, added_taints_key, borrow_idle_node,
                                   release_run_taints, remove_taint)
-from fixtures.nodes import node_bodies, node_name
-from fixtures.node_plan import node_plan
-from fixtures.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from fixtures.ownership import OwnerRecord
-from fixtures.waiting import wait_for
+from clusterproof.cluster.nodes import node_bodies, node_name
+from clusterproof.cluster.node_plan import node_plan
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.kube.ownership import OwnerRecord
+from clusterproof.core.waiting import wait_for
 from tests.harness import (RUN_KINDS, allure_results, assert_one_line, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
 

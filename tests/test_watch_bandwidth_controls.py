@@ -24,9 +24,9 @@ import os
 
 import pytest
 
-from fixtures.kube import list_raw
-from fixtures.run import RUN_LABEL
-from fixtures.waiting import wait_for
+from clusterproof.kube.client import list_raw
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.waiting import wait_for
 from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
                            run_leftovers, run_pytest)
 from tests import guest
@@ -126,7 +126,7 @@ def churned_service(cluster, profile, run_id):
 
 @pytest.fixture
 def least_privilege(cluster, tmp_path):
-    """A kubeconfig with the token of the shipped ServiceAccount (fixtures/rbac.yaml, read-only roles)."""
+    """A kubeconfig with the token of the shipped ServiceAccount (clusterproof/kube/rbac.yaml, read-only roles)."""
     return guest.kubeconfig_for(cluster.api, tmp_path)
 
 

@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
-from fixtures import watch_analysis as wa
-from fixtures import watchwire as wire
-from fixtures.pernode_service import churn_plan
-from fixtures.node_plan import node_pod_cidrs
-from fixtures.profile import load_profile
-from fixtures.watch_bandwidth import watch_metrics
+from clusterproof.watch import analysis as wa
+from clusterproof.watch import wire
+from clusterproof.watch.pernode_service import churn_plan
+from clusterproof.cluster.node_plan import node_pod_cidrs
+from clusterproof.config.profile import load_profile
+from clusterproof.watch.measure import watch_metrics
 
 pytestmark = pytest.mark.selftest
 
@@ -222,8 +222,8 @@ def test_watch_sizes_from_the_command_line_are_numbers():
 def test_socket_bytes_are_what_the_kernel_received():
     import socket
 
-    from fixtures.waiting import wait_for
-    from fixtures.watchers import tcp_bytes_received
+    from clusterproof.core.waiting import wait_for
+    from clusterproof.watch.watchers import tcp_bytes_received
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
@@ -238,6 +238,6 @@ def test_socket_bytes_are_what_the_kernel_received():
 
 
 def test_resource_versions_compare_as_etcd_revisions():
-    from fixtures.watchers import older
+    from clusterproof.watch.watchers import older
     assert older("99", "100") and not older("100", "100") and not older("101", "100")
     assert older("abc", "abd") and not older("abc", "abc")   # not integers: only "same or not"

@@ -1,10 +1,10 @@
 """Watches and requests survive a control plane that drops connections (no cluster needed).
 
-The informer (``fixtures.informer``) reconnects with bounded, jittered
+The informer (``clusterproof.kube.informer``) reconnects with bounded, jittered
 exponential backoff on any failure of its list or watch, resumes from the
 last resourceVersion, relists on 410, gives up after its bound with one
 line, and never lets a consumer read a cut-off store as current.
-``raw_request`` (``fixtures.kube``) retries connection errors within a
+``raw_request`` (``clusterproof.kube.client``) retries connection errors within a
 bound, and re-sends a write only when that is safe. Scripted fakes stand in
 for the API server; the same behaviour against the real one is in
 tests/test_watches_and_events.py and tests/test_apiserver_restart.py.
@@ -18,8 +18,8 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from fixtures import kube
-from fixtures.informer import Gone, Informer, InformerError
+from clusterproof.kube import client as kube
+from clusterproof.kube.informer import Gone, Informer, InformerError
 
 pytestmark = pytest.mark.selftest
 
@@ -176,7 +176,7 @@ def test_a_cut_off_store_is_seen_as_stale_and_check_raises():
     try:
         inf.check(max_stale_s=30)
         # Cut off after b: the store still holds a and b, but says it is stale.
-        from fixtures.waiting import wait_for
+        from clusterproof.core.waiting import wait_for
         wait_for(lambda: inf.stale_s, until=lambda s: s > 0.3, timeout=10, interval=0.02, what="the store stale")
         assert not inf.connected and inf.get("b", "ns") is not None
         with pytest.raises(InformerError, match=r"cut off for \d+ s .*staler than the 0.1 s this wait accepts"):
@@ -356,7 +356,7 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
 @pytest.mark.parametrize("status,message,category", [
     pytest.param("failed", "Failed: clusterproof: the API server restarted during the steady phase\n",
                  "Harness or environment error", id="harness-error-from-pytest-fail"),
-    pytest.param("broken", "fixtures.informer.InformerError: the watch of /api/v1/pods gave up after 120 s\n",
+    pytest.param("broken", "clusterproof.kube.informer.InformerError: the watch of /api/v1/pods gave up after 120 s\n",
                  "Harness or environment error", id="harness-exception"),
     pytest.param("failed", "Failed: this module broke the control plane: kube-apiserver exited at 10:01:02 UTC\n",
                  "Control plane broken (a module broke it, or it was broken before)", id="control-plane"),
@@ -372,7 +372,7 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
 def test_every_result_lands_in_exactly_one_report_category(status, message, category):
     """Allure puts a result in every category that matches; a harness error must not also count as a
     cluster defect (nor a control-plane breakage as a harness error)."""
-    from reports.plugin import categories
+    from clusterproof.report.allure import categories
     assert categories(status, message) == [category]
 
 
@@ -383,7 +383,7 @@ def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
     and the cut one is left to the drop check (or to the restart's one line)."""
     from types import SimpleNamespace
 
-    from fixtures.watch_bandwidth import wait_caught_up
+    from clusterproof.watch.measure import wait_caught_up
 
     class Pool:
         def caught_up(self, state, rv, watchers):
@@ -395,7 +395,7 @@ def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
     wait_caught_up(Pool(), [live, cut], final, timeout=30, what="caught up")
     assert time.monotonic() - t0 < 1
     behind = SimpleNamespace(index=2, ended=None, view={})
-    from fixtures.waiting import WaitTimeout
+    from clusterproof.core.waiting import WaitTimeout
     with pytest.raises(WaitTimeout, match="#2"):
         wait_caught_up(Pool(), [live, cut, behind], final, timeout=0.3, what="caught up")
 
@@ -405,7 +405,7 @@ def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
 def test_a_bind_the_contract_watch_saw_only_in_a_relist_is_not_judged_but_named():
     """After 410 Gone the informer relists: a pod first seen bound there (or bound while the node watch
     was in such a gap) was bound at a moment nobody saw. Neither a violation nor a pass: one line."""
-    from fixtures.preflight_watch import ContractWatch
+    from clusterproof.preflight.watch import ContractWatch
     from tests.test_preflight_helpers import M, node, pod
     w = ContractWatch(None, M, ("scope", "yes"))
     w.pod_list_rv = 5

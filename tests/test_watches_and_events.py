@@ -23,13 +23,13 @@ import time
 import pytest
 from kubernetes import client
 
-from fixtures import apimetrics
-from fixtures.informer import Informer, InformerError
-from fixtures.kube import delete_if_present, list_raw, raw_request
-from fixtures.pod_spec import pod_body
-from fixtures.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
-from fixtures.run import RUN_LABEL, metadata
-from fixtures.waiting import WaitTimeout, wait_for
+from clusterproof.cluster import apimetrics
+from clusterproof.kube.informer import Informer, InformerError
+from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
+from clusterproof.core.run import RUN_LABEL, metadata
+from clusterproof.core.waiting import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.selftest
 

@@ -1,6 +1,6 @@
 """Self-tests of the nightly pipeline: the workflow passes a real linter, and .ci/nightly does its steps.
 
-actionlint (built from the module proxy, fixtures.toolchain.ACTIONLINT) checks
+actionlint (built from the module proxy, clusterproof.cluster.toolchain.ACTIONLINT) checks
 .github/workflows/nightly.yml -- expressions, inputs, action inputs, cron,
 permissions -- and must catch a broken copy of it (the negative control).
 Two rules of this project's own that actionlint does not know (it treats
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures import toolchain
+from clusterproof.cluster import toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent

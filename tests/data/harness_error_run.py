@@ -1,6 +1,6 @@
 """A check whose helper raises HarnessError (tests/test_bad_input.py runs it): the failure must be the
 one line, "clusterproof: <message>", with no traceback."""
-from fixtures.errors import HarnessError
+from clusterproof.core.errors import HarnessError
 
 
 def test_a_check_whose_helper_gives_up():

@@ -2,9 +2,9 @@
 
 It needs a working scheduler: a pod must be bound.
 """
-from fixtures.gangs import wait_pods_bound
-from fixtures.pod_spec import pod_body
-from fixtures.pods import create_pods
+from clusterproof.gang.gangs import wait_pods_bound
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import create_pods
 
 
 def test_a_pod_is_bound(cluster, namespace, run_id):

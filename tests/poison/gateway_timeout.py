@@ -5,8 +5,8 @@ import signal
 
 from kubernetes import client
 
-from fixtures.kube import raw_request
-from fixtures.run import metadata
+from clusterproof.kube.client import raw_request
+from clusterproof.core.run import metadata
 
 
 def gateway_timeout(cluster, namespace: str) -> int:

@@ -1,0 +1,177 @@
+"""Benchmark (not a pass/fail test): the burst's figures, and how close locust comes to the API server's limit.
+
+Writes ``reports/bench/burst.json``: pods created, the create rate the locust
+generator achieved, p50/p99 create latency (locust), scheduling throughput,
+pod startup p50/p99, 429s, the scheduler and its client QPS -- and the same
+burst created by a second, independent client (a plain Python thread pool
+of urllib3 POSTs with the same ServiceAccount token and the same number of
+requests in flight). Both create rates are measured the same way (pods seen
+created on one pod watch, first to last); ``create_rate_ratio`` =
+locust / thread pool, target >= 0.9 (the generator is not the bottleneck).
+
+    python -m clusterproof.bench.burst [--profile smoke] [--set key=value ...] [--kubeconfig PATH]
+
+Then one gang of ``burst_job_size`` pods goes through Coscheduling (started
+by the harness on the embedded cluster, as in the gang suite) and its
+admission latency (last create -> all bound) is recorded.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client
+
+from clusterproof.bench import common
+from clusterproof.gang import coscheduling
+from clusterproof.cluster import toolchain
+from clusterproof.gang import gangs as g
+from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
+from clusterproof.kube.client import raw_request
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.podtimeline import JOB_LABEL, PodTimeline
+from clusterproof.kube.pods import delete_run_pods
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.stats import percentile
+from clusterproof.core.waiting import WaitTimeout
+from clusterproof.burst import plan
+from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.kube.tokens import create_load_identity
+
+def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:
+    """The second client: ``burst_users`` threads POSTing the same pods, one request each in flight."""
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = api.configuration.host, api.configuration.ssl_ca_cert
+    cfg.verify_ssl = api.configuration.verify_ssl
+    cfg.api_key = {"BearerToken": token_file.read_text().strip()}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    cfg.connection_pool_maxsize = profile.burst_users
+    sa_api = client.ApiClient(cfg)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    # Warm the connections first, as the locust users do.
+    with ThreadPoolExecutor(profile.burst_users) as pool:
+        list(pool.map(lambda _: raw_request(sa_api, "GET", path, {"limit": "1"}).data, range(profile.burst_users)))
+    # The same pods load/burst.py creates.
+    phase = plan.burst(profile)
+    bodies = [pod_body(f"{job}-{i:05d}", run_id, gpus=profile.node_gpus,
+                       labels={JOB_LABEL: job, PHASE_LABEL: phase.name}, node_selector={profile.pool_label: "shared"},
+                       restart_policy="Never")
+              for job in phase.job_names() for i in range(phase.job_size)]
+    latencies, errors = [], []
+
+    def create(body):
+        t = time.monotonic()
+        try:
+            raw_request(sa_api, "POST", path, body=body).data
+            latencies.append(time.monotonic() - t)
+        except client.ApiException as e:
+            errors.append(e.status)
+
+    timeline = PodTimeline(api, namespace, f"{RUN_LABEL}={run_id}").start()
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(profile.burst_users) as pool:
+            list(pool.map(create, bodies))
+        wall = time.monotonic() - t0
+        try:
+            timeline.wait_running(len(bodies), timeout=profile.burst_timeout_s,
+                                  stall_timeout=profile.burst_stall_timeout_s)
+        except WaitTimeout:
+            pass
+    finally:
+        timeline.stop()
+    pick = lambda q: round(percentile(latencies, q), 4) if latencies else None  # noqa: E731
+    return {"client": f"python ThreadPoolExecutor({profile.burst_users}) + urllib3 (kubernetes ApiClient, raw POST)",
+            "pods_created": len(latencies), "errors": errors[:20], "responses_429": errors.count(429),
+            "create_qps": round(create_window_rate(timeline.snapshot()), 1),
+            "create_qps_wall": round(len(latencies) / wall, 1) if wall else 0.0,
+            "create_latency_p50_s": pick(50), "create_latency_p99_s": pick(99)}
+
+
+def gang_admission(c, profile, ns: str, run_id: str, say) -> dict:
+    """One gang of ``burst_job_size`` whole-node pods on the shared pool: last create -> all bound.
+
+    On the embedded cluster the harness's Coscheduling (a component of the
+    cluster) schedules it; on an existing one ``gang_scheduler_name`` (or the
+    reason why not).
+    """
+    name = profile.gang_scheduler_name
+    if c.kwok is None and not name:
+        return {"skipped": "existing cluster and gang_scheduler_name is empty"}
+    try:
+        backend = g.Backend("coscheduling", name or coscheduling.OWN_SCHEDULER, "", 0)
+        say(f"gang: {profile.burst_job_size} pods, scheduler {backend.scheduler_name}")
+        [gang] = g.create_gangs(c.api, backend, ns, run_id, {"bench-gang": profile.burst_job_size},
+                                g.Placement({profile.pool_label: "shared"}), profile.node_gpus,
+                                timeout_s=profile.gang_scale_timeout_s)
+        done = g.watch_until_bound(c.api, gang, profile.gang_scale_timeout_s)
+        return {"scheduler": backend.scheduler_name,
+                "scheduler_build": (f"scheduler-plugins {toolchain.SCHEDULER_PLUGINS_VERSION} (Coscheduling)"
+                                    if not name else "existing"),
+                "gang_size": profile.burst_job_size, "admission_latency_s": round(done - gang.created_last_at, 2),
+                "note": "last pod create returned -> last bind seen on a pod watch"}
+    finally:
+        delete_run_pods(c.api, ns, run_id, timeout=300)
+
+
+def main(argv: list[str]) -> int:
+    ap = common.parser(__doc__, "smoke", "burst.json")
+    ap.add_argument("--repeat", type=int, default=1, help="bursts per client (alternating), best kept")
+    args = ap.parse_args(argv)
+    profile = common.load(args)
+    runs = []
+    with common.cluster(args, profile, coscheduling=True) as c, common.namespace(c, "burst") as ns, \
+            tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
+        work, run_id, say = Path(tmp), c.run_id, common.say
+        for r in range(args.repeat):
+            say(f"burst {r + 1}/{args.repeat}: locust, {plan.burst(profile).pods} pods")
+            b = run_phase(c.api, profile, plan.burst(profile), ns, run_id, work / f"locust-{r}")
+            delete_run_pods(c.api, ns, run_id, timeout=300)
+            say(f"burst {r + 1}/{args.repeat}: thread pool")
+            ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
+            tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
+            delete_run_pods(c.api, ns, run_id, timeout=300)
+            runs.append({"locust": {**b.figures, "incomplete": b.incomplete, "interrupted": b.interrupted}, "threadpool": tp})
+        gang = gang_admission(c, profile, ns, run_id, say)
+        # Best of each client, as each run shares two cores with the whole control plane.
+        loc = max((x["locust"] for x in runs), key=lambda f: f["create_qps"])
+        tp = max((x["threadpool"] for x in runs), key=lambda f: f["create_qps"])
+        result = {
+            **common.header(argv, c, profile, "clusterproof.bench.burst"),
+            "scheduler": {"binary": "kube-scheduler " + c.kwok.kubernetes_version if c.kwok else "existing",
+                          "client_qps": profile.scheduler_api_qps if c.kwok else None,
+                          "client_burst": profile.scheduler_api_burst if c.kwok else None,
+                          "state": scheduler_state(c.api)},
+            "burst": {"jobs": profile.burst_jobs, "job_size": profile.burst_job_size,
+                      "users": profile.burst_users, "locust_processes": profile.burst_locust_processes,
+                      "identity": "ServiceAccount token (APF flow schema service-accounts)"},
+            "pods_created": loc["create_requests"] - loc["create_failures"],
+            "create_qps": loc["create_qps"],
+            "create_latency_p50_s": loc["create_latency_p50_s"],
+            "create_latency_p99_s": loc["create_latency_p99_s"],
+            "scheduling_throughput_pods_per_s": loc["scheduling_throughput_pods_per_s"],
+            "pod_startup_p50_s": loc["pod_startup_p50_s"], "pod_startup_p99_s": loc["pod_startup_p99_s"],
+            "create_latency_server_p50_s": loc.get("create_latency_server_p50_s"),
+            "create_latency_server_p99_s": loc.get("create_latency_server_p99_s"),
+            "created_to_bound_p99_s": loc.get("created_to_bound_p99_s"),
+            "responses_429": loc["responses_429"],
+            "gang": gang,
+            "gang_admission_latency_s": gang.get("admission_latency_s"),
+            "second_client": tp,
+            "create_rate_ratio": round(loc["create_qps"] / tp["create_qps"], 3) if tp["create_qps"] else None,
+            "create_rate_ratio_target": 0.9,
+            "create_rate_ratio_per_run": [round(x["locust"]["create_qps"] / x["threadpool"]["create_qps"], 3)
+                                          if x["threadpool"]["create_qps"] else None for x in runs],
+            "runs": runs,
+        }
+    common.write(args.out, result)
+    common.say(f"locust {loc['create_qps']} pods/s vs thread pool {tp['create_qps']} pods/s "
+               f"(ratio {result['create_rate_ratio']}), scheduling {loc['scheduling_throughput_pods_per_s']} pods/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

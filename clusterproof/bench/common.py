@@ -1,0 +1,125 @@
+"""What every benchmark shares: its command line, its cluster, its namespace, and how it writes JSON.
+
+Why a module: a benchmark is a measurement, and its figures must say how
+they were made -- the command, the date, the machine, the cluster -- the same
+way for every bench; and a bench must leave nothing behind, like a suite.
+
+    args = common.parser(__doc__, default_profile="smoke").parse_args(argv)
+    profile = common.load(args)                # one line + exit 2 on bad input
+    with common.cluster(args, profile) as c, common.namespace(c, "knee") as ns:
+        ...
+    common.write(args.out, {**common.header(argv, c, profile), ...})
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from clusterproof.kube import access
+from clusterproof.cluster import toolchain
+from clusterproof.cluster import backends
+from clusterproof.core import redact
+from clusterproof.core.errors import HarnessError
+from clusterproof.kube.client import is_simulated, load_client
+from clusterproof.config.profile import Profile, load_profile
+from clusterproof.core.run import new_run_id
+
+OUT_DIR = Path.cwd() / "reports" / "bench"
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
+    """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>``); add your own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--profile", default=default_profile)
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    ap.add_argument("--out", type=Path, default=OUT_DIR / out)
+    return ap
+
+
+class Failed(SystemExit):
+    """A bench ends on bad input or a harness error: one line, exit 2."""
+
+
+def fail(e: Exception) -> Failed:
+    print(f"clusterproof: {e}", file=sys.stderr)
+    return Failed(2)
+
+
+def load(args) -> Profile:
+    """The profile (and, for an embedded cluster, every binary built first)."""
+    try:
+        profile = load_profile(args.profile, args.overrides)
+        if not args.kubeconfig:
+            toolchain.ensure_all(progress=say)
+        return profile
+    except HarnessError as e:
+        raise fail(e) from None
+
+
+@contextlib.contextmanager
+def cluster(args, profile: Profile, coscheduling: bool = False,
+            run_id: str | None = None) -> Iterator[backends.Cluster]:
+    """An embedded cluster for this bench (or the existing one ``--kubeconfig`` names), gone afterwards."""
+    run_id, c = run_id or new_run_id(), None
+    try:
+        if args.kubeconfig:
+            api = load_client(args.kubeconfig)
+            simulated = is_simulated(api)   # every node a kwok node
+            # A bench is load: it works under the destructive manifest, checked like a suite run's.
+            c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated,
+                                          manifest=access.check(api, destructive=True))
+        else:
+            c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling)
+        yield c
+    except HarnessError as e:
+        raise fail(e) from None
+    finally:
+        if c is not None:
+            backends.stop(c, False, say)
+
+
+@contextlib.contextmanager
+def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
+    """A namespace of the run's (created, or claimed from the pool); emptied and given back afterwards."""
+    ns = c.namespaces.take(f"bench-{name}")
+    try:
+        yield ns
+    finally:
+        c.namespaces.give_back(ns, timeout=600)
+
+
+def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module: str) -> dict:
+    """How the figures were made: command, date, machine (and its load), cluster."""
+    out = {
+        "command": redact.text(f"python -m {module} " + " ".join(argv)),   # a URL's user:pass@ never kept
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "versions": toolchain.versions(),
+        "profile": profile.name,
+    }
+    if c is not None:
+        out["cluster"] = {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version,
+                          "simulated": c.simulated}
+    return out
+
+
+def write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    say(f"wrote {path}")

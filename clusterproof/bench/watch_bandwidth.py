@@ -1,0 +1,118 @@
+"""Benchmark (not a pass/fail test): watch bytes per endpoint change, both APIs, both encodings, at each size.
+
+Runs the watch-bandwidth suite's measurement (``clusterproof.watch.measure``:
+a per-node Service grown through ``watch_sizes``, ``watch_watchers`` watchers
+per API and encoding, churn at ``watch_churn_rate``) on one cluster and
+records, per size: bytes per change per watcher (as framed on the stream and
+on the TCP socket), the apiserver's own ``apiserver_watch_events_sizes``
+beside the harness's count, the Endpoints/EndpointSlice ratio and the
+projection to ``watch_projection_nodes`` nodes; pods/s to grow and delete
+the Service. Then, at the largest size, how many watchers this machine
+sustains: ``--watchers`` per API and encoding (4x that many streams), each
+step churned the same way -- every watcher must receive every event; the
+spread between the first and the last watcher's receipt, the harness's own
+CPU and the apiserver's CPU are recorded.
+
+    python -m clusterproof.bench.watch_bandwidth [--profile smoke] [--set nodes=1000 --set watch_sizes=100,500,1000]
+                                    [--watchers 25,50,100,200] [--kubeconfig PATH]
+
+Writes ``reports/bench/watch_bandwidth.json`` and the projection plot
+``reports/bench/watch_bandwidth.png``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import psutil
+
+from clusterproof.bench import common
+from clusterproof.watch import measure as wb
+from clusterproof.core.waiting import WaitTimeout
+from clusterproof.watch.figures import projection_figure, summary
+from clusterproof.watch.wire import ENCODINGS
+
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def capacity_step(api, profile, target, svc, watchers: int, apiserver: list[int], say) -> dict:
+    """One step of the sweep: ``watchers`` per API and encoding at the Service's current size."""
+    p = profile.model_copy(update={"watch_watchers": watchers})
+    me = [os.getpid()]
+    c0, a0, t0 = cpu_seconds(me), cpu_seconds(apiserver), time.monotonic()
+    try:
+        s = wb.measure(api, p, target, svc, svc.size, say)
+    except (WaitTimeout, AssertionError) as e:      # the harness could not keep up: that is the finding
+        return {"watchers_per_group": watchers, "streams": 4 * watchers, "kept_up": False, "error": str(e)[:300]}
+    wall = time.monotonic() - t0
+    groups = s.groups.values()
+    bytes_in = sum(g.bytes_per_watcher * g.watchers for g in groups)
+    return {
+        "watchers_per_group": watchers, "streams": 4 * watchers,
+        "kept_up": not any(g.dropped or g.diverged for g in groups),
+        "dropped": sum(len(g.dropped) for g in groups), "diverged": sum(len(g.diverged) for g in groups),
+        "churn_changes": s.churn_changes, "window_s": round(s.window_s, 1),
+        "received_bytes": bytes_in, "received_mb_per_s": round(bytes_in / s.window_s / 1e6, 2),
+        "delivery_spread_p99_s": {g.name: g.spread_p99_s for g in groups},
+        "harness_cpu_s": round(cpu_seconds(me) - c0, 1), "apiserver_cpu_s": round(cpu_seconds(apiserver) - a0, 1),
+        "wall_s": round(wall, 1),
+    }
+
+
+def main(argv: list[str]) -> int:
+    ap = common.parser(__doc__, "smoke", "watch_bandwidth.json")
+    ap.add_argument("--watchers", default="25,50,100,200", help="watchers per API and encoding, for the sweep")
+    args = ap.parse_args(argv)
+    profile, say = common.load(args), common.say
+    try:
+        sweep = [int(w) for w in args.watchers.split(",") if w]
+    except ValueError as e:
+        raise common.fail(e) from None
+    steps = []
+    with common.cluster(args, profile) as c:
+        apiserver = [c.kwok.pids().get("kube-apiserver")] if c.kwok else []
+        target = wb.own_target(c.namespaces.take("bench-watch"))
+
+        def capacity(svc):
+            for w in sweep:
+                say(f"capacity: {w} watchers per API and encoding ({4 * w} streams) at {svc.size} endpoints")
+                steps.append(capacity_step(c.api, profile, target, svc, w, [p for p in apiserver if p], say))
+                say(f"  {steps[-1]}")
+                if not steps[-1]["kept_up"]:
+                    break
+        try:
+            run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
+        finally:
+            c.namespaces.give_back(target.namespace, timeout=600)
+        head = common.header(argv, c, profile, "clusterproof.bench.watch_bandwidth")
+    kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
+    result = {
+        **head,
+        "settings": {k: profile[k] for k in ("watch_sizes", "watch_watchers", "watch_churn", "watch_churn_rate",
+                                             "watch_churn_kinds", "watch_max_endpoints_per_slice",
+                                             "watch_projection_nodes", "watch_projection_changes_per_node_hour")},
+        "encodings": list(ENCODINGS),
+        "bytes_mean": "bytes as framed on the watch stream (JSON line with newline, protobuf frame with its 4-byte "
+                      "length); wire_bytes_per_watcher: bytes on the TCP socket (TLS, HTTP chunking)",
+        **summary(run, profile),
+        "watcher_capacity": {"max_watchers_per_group_kept_up": max(kept) if kept else None,
+                             "max_streams_kept_up": 4 * max(kept) if kept else None, "steps": steps},
+    }
+    common.write(args.out, result)
+    args.out.with_suffix(".png").write_bytes(projection_figure(run, profile).png())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,321 @@
+"""Pod creation load, measured: a pod watch starts, locust applies load/burst.py, the watch gathers.
+
+Shared by suites/test_burst_pod_creation.py (through the ``burst`` fixture
+below) and the benchmarks (clusterproof/bench/burst.py, clusterproof/bench/knee.py), so that the
+suite's checks and the benchmarks' figures are the same numbers. Load (what
+to apply, phase by phase) is ``load/``; this module only orders the phases
+and measures (ClusterLoader2: measurements start before the phase, gather
+after).
+
+Every figure is taken twice where it can be, and both are reported:
+
+- API latency: locust's client-side times, and the apiserver's own
+  histogram over the same window (the SLO is defined on the latter);
+- pod startup: as this client's watch saw it (created -> Running), and by
+  the objects' own timestamps (creationTimestamp -> Ready
+  lastTransitionTime, 1 s resolution) -- the cluster's latency, without
+  the watch's delivery lag. The lag itself is reported at both ends.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import allure
+import pytest
+from kubernetes import client
+
+from clusterproof.cluster import apimetrics
+from clusterproof.kube.informer import InformerError
+from clusterproof.kube.client import get_if_present, list_raw
+from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s
+from clusterproof.kube.pods import create_pods, delete_selected, list_pods
+from clusterproof.cluster.realnodes import is_component, pod_on
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.stats import histogram_quantile, percentile
+from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.burst import plan
+from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
+from clusterproof.kube.tokens import create_load_identity
+from clusterproof.core.locust import LocustResult, run_locust
+from clusterproof.report.plots import Figure, Series
+
+
+REAL_POD_LABEL = "clusterproof.io/real-node-probe"
+REAL_PODS_PER_NODE = 6
+
+
+class RealNodePods(threading.Thread):
+    """Pods on the embedded cluster's real nodes while a phase's load runs (``per_node`` each, spread over
+    ``window_s``), created by the harness and timed by their own timestamps: a real container's start-up
+    beside the kwok pods' under the same load (clusterproof.cluster.realnodes)."""
+
+    def __init__(self, api, namespace: str, run_id: str, real, per_node: int, window_s: float, kwok=None):
+        super().__init__(daemon=True, name="real-node pods")
+        self.api, self.ns, self.run_id, self.real, self.kwok = api, namespace, run_id, real, kwok
+        self.pids_before = self._pids()
+        self.per_node, self.interval = per_node, max(0.1, window_s / max(1, per_node))
+        self.names: list[str] = []
+        self.error: str | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        image = self.real.images["pause"].digest_ref
+        try:
+            for i in range(self.per_node):
+                if self.stop.is_set():
+                    break
+                bodies = [pod_on(f"real-probe-{n.index}-{i}", self.run_id, n.name, image) for n in self.real.nodes]
+                for b in bodies:
+                    b["metadata"]["labels"][REAL_POD_LABEL] = "true"
+                create_pods(self.api, self.ns, bodies)
+                self.names += [b["metadata"]["name"] for b in bodies]
+                self.stop.wait(self.interval)   # the pacing of the probe, not a synchronisation
+        except Exception as e:   # reported by the check, never lost
+            self.error = f"{type(e).__name__}: {str(e)[:200]}"
+
+    def _pids(self) -> dict[str, int]:
+        """The real nodes' kubelet and containerd processes now (a restart in between voids the figures)."""
+        return {k: v for k, v in self.kwok.pids().items() if is_component(k)} if self.kwok is not None else {}
+
+    def finish(self, timeout: float) -> dict:
+        """Wait for every probe pod to be Ready (bounded), then delete them; their start-up times."""
+        self.stop.set()
+        self.join(timeout=60)
+        try:
+            pods = wait_for(lambda: list_pods(self.api, self.ns, REAL_POD_LABEL),
+                            until=lambda ps: all(startup_server_s(ps.get(n, {})) is not None for n in self.names),
+                            timeout=timeout, interval=1, what=f"{len(self.names)} real-node pods Ready")
+        except WaitTimeout:
+            pods = list_pods(self.api, self.ns, REAL_POD_LABEL)
+        finally:
+            delete_selected(self.api, self.ns, REAL_POD_LABEL, what="the real-node probe pods")
+        after = self._pids()
+        restarted = sorted(k for k, pid in self.pids_before.items() if after.get(k) != pid)
+        void = (f"{', '.join(restarted)} exited or restarted while the real-node pods started: their figures are "
+                "void; why is the control-plane guard's finding") if restarted else None
+        return {"nodes": self.real.names, "planned": len(self.names), "error": self.error, "void": void,
+                "startup_s": {n: startup_server_s(pods.get(n, {})) for n in self.names}}
+
+
+@dataclass
+class PhaseRun:
+    """One phase's load and what was measured."""
+    phase: Phase
+    locust: LocustResult
+    pods: list                     # clusterproof.kube.podtimeline.PodTimes
+    incomplete: str | None         # why the wait for all pods Running ended early, if it did
+    figures: dict
+    # Why the phase's figures are void, if they are: the API server restarted or the pod watch was cut
+    # off during it (times seen late, creates refused, histograms reset). No check judges them then.
+    interrupted: str | None = None
+    # Pods on the real nodes during the phase (RealNodePods.finish), if the cluster has real nodes.
+    real_nodes: dict | None = None
+
+    @property
+    def planned(self) -> int:
+        return self.phase.pods
+
+
+def schedulable_shared_nodes(api, profile) -> int:
+    nodes = list_raw(api, "/api/v1/nodes", {"labelSelector": f"{profile.pool_label}=shared"},
+                     timeout=300)["items"]
+    return sum(1 for n in nodes if not n.get("spec", {}).get("unschedulable"))
+
+
+def scheduler_state(api) -> str:
+    """What the kube-scheduler's leader lease says (a stopped scheduler stops renewing it)."""
+    try:
+        lease = get_if_present(api, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler")
+    except client.ApiException as e:
+        return f"cannot read the kube-scheduler lease ({e.status})"
+    if lease is None:
+        return "there is no kube-scheduler leader lease in kube-system: is a scheduler running?"
+    renew = lease.get("spec", {}).get("renewTime")
+    if not renew:
+        return "the kube-scheduler lease has never been renewed: is the scheduler running?"
+    t = dt.datetime.strptime(renew.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    age = (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+    duration = lease["spec"].get("leaseDurationSeconds", 15)
+    verdict = ("is the scheduler running?" if age > duration
+               else "the scheduler is alive (if pods stay unbound: its client QPS, the pods' events)")
+    return f"kube-scheduler lease last renewed {age:.0f} s ago (duration {duration} s): {verdict}"
+
+
+def create_window_rate(pods) -> float:
+    """Pods per second between the first and the last pod seen created on the watch."""
+    added = [p.added for p in pods]
+    if len(added) < 2 or max(added) == min(added):
+        return 0.0
+    return (len(added) - 1) / (max(added) - min(added))
+
+
+CREATE = ("POST", "", "pods", "", "resource")            # apimetrics key: verb, group, resource, sub, scope
+BIND = ("POST", "", "pods", "binding", "resource")
+
+
+def server_latency(name: str, key: tuple, before: str, after: str | None) -> dict:
+    """p50/p99 of one (verb, resource) pair by the apiserver's own histogram between two scrapes.
+
+    The Kubernetes API-call SLO is defined on this histogram; next to locust's
+    client-side figure it shows how much of a create's latency was spent in
+    the generator (its event loop, its share of this machine's CPU).
+    """
+    # None: the window's end came from another apiserver (a restart): no figure rather than a wrong one.
+    b = apimetrics.delta(apimetrics.histograms(after), apimetrics.histograms(before)).get(key) if after else None
+    return {f"{name}_latency_server_p50_s": round(histogram_quantile(0.50, b), 3) if b else None,
+            f"{name}_latency_server_p99_s": round(histogram_quantile(0.99, b), 3) if b else None,
+            f"{name}_requests_server": int(b[float("inf")]) if b else 0}
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 3) if values else None
+
+
+def phase_figures(phase: Phase, result: LocustResult, pods, server: dict) -> dict:
+    create = result.stats.get("create pod")
+    startup = [p.startup_s for p in pods if p.startup_s is not None]
+    startup_server = [p.startup_server_s for p in pods if p.startup_server_s is not None]
+    lag_created = [p.watch_lag_created_s for p in pods if p.watch_lag_created_s is not None]
+    lag_running = [p.watch_lag_running_s for p in pods if p.watch_lag_running_s is not None]
+    # Where startup time goes: waiting for the scheduler, then the (simulated) kubelet.
+    to_bind = [p.bound - p.added for p in pods if p.bound is not None]
+    to_run = [p.running - p.bound for p in pods if p.running is not None and p.bound is not None]
+    return {
+        "phase": phase.name, "rate_target_pods_per_s": phase.rate or None,
+        "pods_planned": phase.pods, "pods_seen": len(pods),
+        "pods_bound": sum(p.bound is not None for p in pods),
+        "pods_running": len(startup),
+        "create_requests": create.requests if create else 0,
+        "create_failures": create.failures if create else 0,
+        "create_qps": round(create_window_rate(pods), 1),
+        "create_latency_p50_s": create.p50_s if create else None,
+        "create_latency_p99_s": create.p99_s if create else None,
+        "responses_429": result.count_failures("429"),
+        "responses_5xx": result.count_failures("5"),
+        "locust_seconds": round(result.seconds, 2),
+        "pod_startup_p50_s": _p(startup, 50), "pod_startup_p99_s": _p(startup, 99),
+        "pod_startup_server_p50_s": _p(startup_server, 50), "pod_startup_server_p99_s": _p(startup_server, 99),
+        "watch_lag_created_p50_s": _p(lag_created, 50), "watch_lag_created_p99_s": _p(lag_created, 99),
+        "watch_lag_running_p50_s": _p(lag_running, 50), "watch_lag_running_p99_s": _p(lag_running, 99),
+        "created_to_bound_p99_s": _p(to_bind, 99), "bound_to_running_p99_s": _p(to_run, 99),
+        "scheduling_throughput_pods_per_s": round(scheduling_throughput(pods), 1),
+        **server,
+        "jobs": [asdict(j) for j in job_times(pods)],
+    }
+
+
+def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: Path, real=None,
+              kwok=None) -> PhaseRun:
+    """Identity, watch, locust, wait (bounded twice: overall and on stalls), figures. ``real``: the cluster's
+    real nodes (clusterproof.cluster.realnodes.Joined), given pods of their own during a paced phase; ``kwok``: the
+    embedded cluster (its real nodes' processes, watched for restarts)."""
+    ident = create_load_identity(api, namespace, run_id, workdir / "identity")
+    timeline = PodTimeline(api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}").start()
+    incomplete = None
+    before = apimetrics.scrape(api)
+    probe = (RealNodePods(api, namespace, run_id, real, REAL_PODS_PER_NODE, phase.pods / phase.rate, kwok)
+             if real is not None and phase.rate else None)
+    if probe is not None:
+        probe.start()
+    try:
+        result = run_locust("load/burst.py", api.configuration.host, profile.burst_users,
+                            locust_args(phase, profile, namespace, run_id, ident), workdir / f"locust-{phase.name}",
+                            timeout_s=profile.burst_timeout_s, processes=profile.burst_locust_processes)
+        # Both ends of a window from the same apiserver (None: the one that answered before is gone).
+        after_creates = apimetrics.scrape_same_replica(api, before)
+        try:
+            timeline.wait_running(phase.pods, timeout=profile.burst_timeout_s,
+                                  stall_timeout=profile.burst_stall_timeout_s)
+        except WaitTimeout as e:
+            incomplete = f"{e}; {scheduler_state(api)}"
+        except InformerError as e:    # the pod watch gave up: its outage is named below
+            incomplete = str(e)
+    finally:
+        timeline.stop()
+        real_pods = probe.finish(profile.burst_timeout_s) if probe is not None else None
+    pods = timeline.snapshot()
+    after = apimetrics.scrape_same_replica(api, before)
+    # Creates end with locust; binds go on until every pod is bound.
+    server = {**server_latency("create", CREATE, before, after_creates),
+              **server_latency("bind", BIND, before, after)}
+    cuts = timeline.interruptions()
+    if after_creates is None or after is None:
+        cuts.insert(0, apimetrics.restart_note(api, before))
+    interrupted = (f"{'; '.join(cuts)} during the {phase.name} phase: its figures are void (creates refused, "
+                   "times seen late, the apiserver's histograms reset), so no check judges them; why the API "
+                   "server went away is the control-plane guard's finding") if cuts else None
+    return PhaseRun(phase, result, pods, incomplete, phase_figures(phase, result, pods, server), interrupted,
+                    real_pods)
+
+
+def clear_phase(api, namespace: str, run_id: str, phase: Phase, timeout: float = 300) -> None:
+    """Delete a phase's pods and wait until they are gone, so the next phase finds its nodes free."""
+    delete_selected(api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}", timeout,
+                f"the {phase.name} phase's pods gone")
+
+
+# --- fixtures ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def burst_namespace(cluster):
+    """One namespace for the whole burst (every test reads the same burst); pods deleted first."""
+    name = cluster.namespaces.take("burst")
+    yield name
+    # Delete the pods explicitly and wait: "nothing left behind" must hold
+    # when the run ends, not whenever the namespace controller gets to it.
+    cluster.namespaces.give_back(name)
+
+
+@pytest.fixture(scope="module")
+def burst(cluster, profile, run_id, burst_namespace, tmp_path_factory) -> dict[str, PhaseRun]:
+    """The steady phase, then the burst phase, each measured once per module; figures attached."""
+    phases = [plan.steady(profile), plan.burst(profile)]
+    free = schedulable_shared_nodes(cluster.api, profile)
+    for phase in phases:
+        if phase.pods > free:
+            pytest.fail(f"the {phase.name} phase ({phase.pods} whole-node pods) is larger than the {free} "
+                        f"schedulable nodes labelled {profile.pool_label}=shared: lower its size", pytrace=False)
+    out, work = {}, tmp_path_factory.mktemp("burst")
+    for phase in phases:
+        out[phase.name] = run = run_phase(cluster.api, profile, phase, burst_namespace, run_id, work, cluster.real,
+                                          cluster.kwok)
+        clear_phase(cluster.api, burst_namespace, run_id, phase)
+        if run.interrupted:
+            # Every check of the module gets this one line (a harness error), not a verdict on a
+            # cluster whose API server was away.
+            pytest.fail(f"clusterproof: {run.interrupted}", pytrace=False)
+    return out
+
+
+def attach(profile, run: PhaseRun) -> None:
+    """A phase's plot (with its data), figures, locust statistics and pod timeline, on the check's own page."""
+    name = run.phase.name
+    latency_plot(profile, run).attach()
+    allure.attach(json.dumps(run.figures, indent=2), f"{name} phase: figures", allure.attachment_type.JSON)
+    allure.attach.file(str(run.locust.stats_csv), f"{name} phase: locust stats (client side)",
+                       allure.attachment_type.CSV)
+    allure.attach(dump(run.pods), f"{name} phase: pod timeline (s since the first pod was seen)",
+                  allure.attachment_type.TEXT)
+
+
+def latency_plot(profile, run: PhaseRun) -> Figure:
+    """Per pod: startup by the objects' timestamps and by the watch, and the time to be bound."""
+    pods = run.pods
+    t0 = min((p.added for p in pods), default=0.0)
+    rate = f" at {run.phase.rate:g} pods/s" if run.phase.rate else " (as fast as the users can create)"
+    return Figure(
+        title=f"{run.phase.name} phase{rate}: pod startup latency per pod",
+        xlabel="pod created, seconds after the phase's first pod", ylabel="latency (s)",
+        series=[Series("created -> Ready (object timestamps, 1 s resolution)",
+                       [(p.added - t0, p.startup_server_s) for p in pods if p.startup_server_s is not None]),
+                Series("created -> Running (as the watch saw it)",
+                       [(p.added - t0, p.startup_s) for p in pods if p.startup_s is not None]),
+                Series("created -> bound (as the watch saw it)",
+                       [(p.added - t0, p.bound - p.added) for p in pods if p.bound is not None])],
+        # The startup SLO is checked in the steady phase only: a burst is held to completeness and bind rate.
+        thresholds=({f"pod startup SLO (p99 <= {profile.slo_pod_startup_p99_s:g} s)": profile.slo_pod_startup_p99_s}
+                    if run.phase.rate else {}))

@@ -1,0 +1,73 @@
+"""``clusterproof``: the jobs that are not a pytest run, and the suites from the installed package.
+
+    clusterproof run [PYTEST ARGS]       the shipped suites (pytest --pyargs clusterproof.suites)
+    clusterproof bench NAME [ARGS]       a benchmark: apf, bringup, burst, knee, preflight, prometheus, watch_bandwidth
+    clusterproof compare [ARGS]          a run's summary against a baseline
+    clusterproof upgrade [ARGS]          the same profile at two Kubernetes versions, compared
+    clusterproof sweep                   remove every embedded cluster a dead run left
+    clusterproof toolchain [ARGS]        build the upstream binaries from their Go modules (cached)
+    clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
+    clusterproof images [ARGS]           build the real nodes' container images (root)
+    clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
+
+Each job is the module named below, run as ``python -m``; its own ``--help``
+says the rest. Exit codes are the job's own.
+"""
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+JOBS = {
+    "compare": "clusterproof.report.compare",
+    "upgrade": "clusterproof.report.upgrade",
+    "sweep": "clusterproof.cluster.kwok",
+    "toolchain": "clusterproof.cluster.toolchain",
+    "prom-history": "clusterproof.prometheus.history",
+    "images": "clusterproof.cluster.images",
+    "host-packages": "clusterproof.cluster.hostpkgs",
+}
+BENCHES = ("apf", "bringup", "burst", "knee", "preflight", "prometheus", "watch_bandwidth")
+
+
+def _usage(message: str) -> int:
+    print(f"clusterproof: {message} (see clusterproof --help)", file=sys.stderr)
+    return 4
+
+
+def _run_module(module: str, argv: list[str]) -> int:
+    sys.argv = [module, *argv]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(__doc__.strip())
+        return 0
+    job, rest = args[0], args[1:]
+    if job == "run":
+        import pytest
+        return int(pytest.main(["--pyargs", "clusterproof.suites", *rest]))
+    if job == "bench":
+        if not rest or rest[0] not in BENCHES:
+            return _usage(f"bench needs one of: {', '.join(BENCHES)}")
+        return _run_module(f"clusterproof.bench.{rest[0]}", rest[1:])
+    if job == "rbac":
+        name = "rbac-destructive.yaml" if "--destructive" in rest else "rbac.yaml"
+        sys.stdout.write((Path(__file__).resolve().parent / "kube" / name).read_text())
+        return 0
+    if job == "sweep":
+        return _run_module(JOBS[job], ["--sweep-all", *rest])
+    if job in JOBS:
+        return _run_module(JOBS[job], rest)
+    return _usage(f"unknown job {job!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""One facade, two backends: the embedded KWOK cluster or an existing cluster.
+
+Why: suites read the same ``Cluster`` whatever is behind it (pytest-testinfra
+style); only this module knows how a cluster comes to exist and goes away.
+
+- embedded (default): kwokctl starts a real control plane (plus the
+  Coscheduling scheduler and controller as extra components), then the
+  profile's node plan is created as simulated nodes and followed to Ready;
+  apiserver metrics are snapshotted around that bring-up.
+- existing (``--kubeconfig``/``--context``): nothing is created at session
+  level but the run's Lease; the harness is a guest and only sweeps what its
+  own earlier, dead runs left (asking first on real hardware).
+
+Either way the run holds a Lease (``clusterproof.kube.liveness``) while it is alive.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import urllib3
+from kubernetes import client
+
+from clusterproof.kube import access
+from clusterproof.apf import apf
+from clusterproof.cluster import apimetrics
+from clusterproof.gang import coscheduling
+from clusterproof.cluster import hostpkgs
+from clusterproof.cluster import identities
+from clusterproof.cluster import realnodes
+from clusterproof.cluster import toolchain
+from clusterproof.kube.apicalls import Recorder
+from clusterproof.kube.client import check_reachable, get_if_present, load_client, raw_request, server_url
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, free_ports, sweep_clusters
+from clusterproof.kube.liveness import RunLease
+from clusterproof.kube.namespaces import Created, Pool
+from clusterproof.cluster.nodes import create_nodes, wait_ready
+from clusterproof.kube.ownership import OwnerRecord
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.config.profile import Profile
+from clusterproof.prometheus.server import sweep_runs
+from clusterproof.core.run import metadata
+from clusterproof.kube.sweep import Sweep, sweep
+from clusterproof.core.waiting import wait_for
+
+
+@dataclass
+class BringUp:
+    """What happened while the embedded cluster's nodes came up."""
+    nodes: int
+    seconds_cluster_start: float
+    seconds_create: float
+    seconds_to_all_ready_condition: float   # every node reports Ready=True
+    seconds_to_all_ready: float             # ... and has no not-ready taint (schedulable)
+    metrics_before: str
+    metrics_after: str
+
+
+@dataclass
+class Cluster:
+    backend: str                 # "kwok" or "existing"
+    simulated: bool              # nodes faked by kwok (True) or real hardware
+    api: client.ApiClient
+    kubeconfig: Path
+    context: str | None
+    server_version: str
+    run_id: str
+    profile: Profile
+    lease: RunLease | None = None
+    bringup: BringUp | None = None
+    kwok: KwokCluster | None = None
+    sweep: Sweep = field(default_factory=Sweep)
+    # apiserver latency histograms when the harness connected (existing backend):
+    # an SLO window must not include the apiserver's own start-up.
+    metrics_at_connect: str | None = None
+    # Per-flow-schema dispatch counts after bring-up (embedded) or at connect: where the
+    # components' traffic is classified by API Priority and Fairness (report environment).
+    apf: apf.Classification | None = None
+    # Where the run's objects live: namespaces it creates (embedded) or claims from the pool.
+    namespaces: Created | Pool | None = None
+    # Every request of the harness's identity (clusterproof.kube.apicalls), for the permission self-test and report.
+    calls: Recorder = field(default_factory=Recorder)
+    # The uids of what the run created outside its namespaces (a cluster it does not own).
+    record: OwnerRecord | None = None
+    # The shipped RBAC manifest the run was checked against (a cluster it does not own).
+    manifest: access.Manifest | None = None
+    # Real kubelets on containerd beside the kwok nodes (embedded, profile key real_nodes).
+    real: realnodes.Joined | None = None
+
+    def probe_api_calls(self, n: int = 20) -> None:
+        """A tiny, safe load: n PodTemplate creates and a LIST in a namespace of the run's, then removed.
+
+        PodTemplates: stored, never run, and written by no controller (the window counts only these)."""
+        ns = self.namespaces.take("probe")
+        try:
+            for i in range(n):
+                raw_request(self.api, "POST", f"/api/v1/namespaces/{ns}/podtemplates", body={
+                    "metadata": metadata(f"probe-{i}", self.run_id),
+                    "template": {"spec": pod_body(f"probe-{i}", self.run_id)["spec"]}}).data
+            raw_request(self.api, "GET", f"/api/v1/namespaces/{ns}/podtemplates").data
+        finally:
+            self.namespaces.give_back(ns)
+
+    def describe(self) -> dict[str, str]:
+        """The run environment, for the report (no credentials, only the server URL)."""
+        env = {
+            "backend": self.backend,
+            "hardware": ("simulated (kwok nodes)" if self.simulated else "real cluster")
+                        + (f" + {len(self.real.nodes)} real node(s): real kubelet, containerd and containers, "
+                           "simulated GPUs" if self.real else ""),
+            "kubernetes.server": self.server_version,
+            "api.server": server_url(self.api),
+            "profile": self.profile.name,
+            "profile.nodes": str(self.profile.nodes),
+            "run.id": self.run_id,
+            "run.lease": f"{self.lease.namespace}/{self.lease.name}" if self.lease else "none",
+            "sweep": ("; ".join(self.sweep.lines()))[:500],
+        }
+        if self.apf is not None and self.kwok is not None and self.kwok.component_identities:
+            env.update(self.apf.describe(identities.IDENTITIES))
+        elif self.apf is not None:
+            env["apf.dispatched"] = self.apf.summary()
+        if self.real is not None:
+            env["nodes.real"] = (f"{', '.join(self.real.names)}: REAL kubelet {self.kwok.kubernetes_version} "
+                                 f"on containerd "
+                                 f"{hostpkgs.PACKAGES['containerd']} and runc {hostpkgs.PACKAGES['runc']}, real "
+                                 "containers; GPUs SIMULATED (mock NVML handed in by the node's GPU runtime)")
+        if self.kwok:
+            env.update({"kwok": toolchain.KWOK_VERSION, "etcd": toolchain.ETCD_VERSION,
+                        "kubernetes.toolchain": self.kwok.kubernetes_version,
+                        "feature.gates.unknown.to.this.version": ", ".join(self.kwok.dropped_feature_gates) or "none",
+                        "heartbeat.factor": f"{self.kwok.heartbeat_factor:g}",
+                        "node.lease.duration.s":
+                            f"{self.kwok.node_lease_duration_s * self.kwok.heartbeat_factor:g}"})
+        return env
+
+
+def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None],
+                   keep: bool = False, coscheduling_components: bool = True,
+                   on_lease_lost: Callable[[str], None] | None = None) -> Cluster:
+    """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
+    and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each).
+    ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``)."""
+    sweep_local(progress, clusters=True)
+    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", profile.heartbeat_factor, profile.node_lease_duration_s,
+                     kwok_parallelism=profile.kwok_parallelism,
+                     kubernetes_version=profile.kubernetes_version,
+                     scheduler_api_qps=profile.scheduler_api_qps,
+                     scheduler_api_burst=profile.scheduler_api_burst,
+                     feature_gates=profile.kube_feature_gates,
+                     runtime_config=profile.kube_runtime_config,
+                     component_identities=profile.component_identities,
+                     extra_args=(f"kube-controller-manager=kube-api-qps={profile.kcm_api_qps}",
+                                 f"kube-controller-manager=kube-api-burst={profile.kcm_api_burst}",
+                                 *kcm_endpoint_args(profile)))
+    toolchain.ensure_all(progress, profile.kubernetes_version)  # every binary first: a build that fails ends the run before anything runs
+    built = real_node_images(profile, progress)
+    lease = None
+    try:
+        t0 = time.monotonic()
+        kc.prepare()
+        if profile.real_nodes:
+            kc.real_nodes = realnodes.plan(kc.directory, kc.name, profile.real_nodes,
+                                           free_ports(2 * profile.real_nodes))
+            kc.real_node_sandbox_image = built["pause"].ref
+            kc.real_node_nvml = (str(toolchain.MOCKNVML.path("libnvidia-ml.so.1")) if profile.real_node_nvml
+                                 else None)
+            kc.real_node_identity = profile.real_node_identity
+        ports = tuple(free_ports(2))
+        if coscheduling_components:
+            kc.components = coscheduling.components(kc.directory, kc.kubeconfig, profile.gang_scheduler_qps,
+                                                    profile.gang_scheduler_burst,
+                                                    profile.gang_unschedulable_flush_s, ports)
+        progress(f"starting embedded cluster {kc.name} (kwokctl, binary runtime, "
+                 f"Kubernetes {profile.kubernetes_version}"
+                 + (f", Coscheduling {toolchain.SCHEDULER_PLUGINS_VERSION} as {coscheduling.OWN_SCHEDULER!r})"
+                    if coscheduling_components else ")"))
+        kc.start(timeout=profile.cluster_start_timeout_s)
+        if keep:
+            (kc.directory / "keep").touch()
+        t_started = time.monotonic()
+        api = load_client(kc.kubeconfig, pool_size=max(16, profile.node_create_concurrency))
+        calls = Recorder().install(api)
+        version = check_reachable(api)["gitVersion"]
+        if kc.component_identities:
+            identities.grant_simulated_kubelets(api)
+        access.provision(api)      # as an SRE would: home, pool and roles, for runs pointed at this cluster
+        lease = run_lease(api, run_id, access.HOME, profile, on_lease_lost).acquire()
+        wait_controllers_started(api)
+        if coscheduling_components:
+            coscheduling.apply_crds(api, run_id)
+            wait_healthy(coscheduling.health_urls(ports), kc)
+        real = (realnodes.join(api, kc.directory, kc.real_nodes, built, profile.node_gpus, kc.real_node_nvml, t0,
+                               profile.cluster_start_timeout_s, progress) if kc.real_nodes else None)
+        before = apimetrics.scrape(api)
+        t1 = time.monotonic()
+        n = create_nodes(api, profile, run_id, progress)
+        t_created = time.monotonic()
+        tracker = wait_ready(api, run_id, n, profile.bringup_timeout_s, progress)
+        t_ready = time.monotonic()
+        after = apimetrics.scrape(api)
+        flows = apf.Classification(apf.dispatched(apf.scrape(api)))
+        t_condition = (tracker.all_condition_at or t_ready) - t1
+        progress(f"{n} nodes Ready=True {t_condition:.1f} s and schedulable {t_ready - t1:.1f} s "
+                 f"after the first create (control plane up in {t_started - t0:.1f} s)")
+        return Cluster("kwok", True, api, kc.kubeconfig, None, version, run_id, profile, lease,
+                       BringUp(n, t_started - t0, t_created - t1, t_condition, t_ready - t1,
+                               before, after), kc, apf=flows, namespaces=Created(api, run_id), calls=calls,
+                       real=real)
+    except BaseException:
+        if lease is not None:
+            lease.abandon()
+        if not keep:
+            kc.delete()
+        raise
+
+
+def real_node_images(profile: Profile, progress: Callable[[str], None]) -> dict:
+    """The images real nodes run (built here, cached; clusterproof.cluster.images), after the host is checked."""
+    if not profile.real_nodes:
+        return {}
+    from clusterproof.cluster import images
+    realnodes.require_host()
+    toolchain.ensure(toolchain.kubelet(profile.kubernetes_version), progress)
+    return {"pause": images.build(images.PAUSE, progress), "checker": images.build(images.CHECKER, progress)}
+
+
+def sweep_local(progress: Callable[[str], None], clusters: bool) -> None:
+    """What runs on this machine left that were killed before their teardown: embedded clusters
+    (``clusters``: only a run that starts its own sweeps them) and Prometheus directories, which hold
+    a copy of an existing cluster's API token -- swept by every run, whatever suites it runs."""
+    if clusters:
+        swept = sweep_clusters(say=progress)
+        if swept:
+            progress(f"swept {len(swept)} abandoned embedded cluster(s): {', '.join(swept)}")
+    swept = sweep_runs(say=progress)
+    if swept:
+        progress(f"swept {len(swept)} abandoned Prometheus director(ies) (with any token copy): "
+                 f"{', '.join(swept)}")
+
+
+def run_lease(api: client.ApiClient, run_id: str, home: str, profile: Profile,
+              on_lost: Callable[[str], None] | None) -> RunLease:
+    """The run's Lease, in the harness's home namespace; ``on_lost`` stops the run (clusterproof.kube.liveness)."""
+    return RunLease(api, run_id, home, profile.run_lease_duration_s, on_lost=on_lost)
+
+
+def kcm_endpoint_args(profile: Profile) -> tuple[str, ...]:
+    """kube-controller-manager's slice size, if the profile sets one (the watch suite's negative control)."""
+    n = profile.watch_kcm_max_endpoints_per_slice
+    return (f"kube-controller-manager=max-endpoints-per-slice={n}",) if n else ()
+
+
+def wait_healthy(urls: dict[str, str], kc: KwokCluster, timeout: float = 90) -> None:
+    """Every extra component answers its /healthz (its log is named if it does not)."""
+    http = urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=2.0, retries=False)
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+    def healthy(url: str) -> bool:
+        try:
+            return http.request("GET", url).status == 200
+        except urllib3.exceptions.HTTPError:
+            return False
+    for name, url in urls.items():
+        wait_for(lambda u=url: healthy(u), timeout=timeout, interval=0.5,
+                 what=f"{name} healthy at {url} (log: {kc.directory / 'logs' / (name + '.log')})")
+
+
+def wait_controllers_started(api: client.ApiClient, timeout: float = 120) -> None:
+    """kube-controller-manager is working once it has created the default ServiceAccount.
+
+    Why wait: its start-up burst (service accounts, endpoint slices, RBAC
+    aggregation) is not node bring-up and must not land in the SLO window;
+    pods also need that ServiceAccount in their namespace.
+    """
+    wait_for(lambda: get_if_present(api, "/api/v1/namespaces/default/serviceaccounts/default"),
+             timeout=timeout, interval=0.5, what="kube-controller-manager created the default ServiceAccount")
+
+
+def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: str | None,
+                     progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
+                     sweep_leftovers: bool = False,
+                     on_lease_lost: Callable[[str], None] | None = None,
+                     calls: Recorder | None = None) -> Cluster:
+    """A cluster the harness does not own (``manifest``: what it was granted there, checked at configure).
+
+    ``simulated``: decided at configure time (every node a kwok node, unless the run was told to treat it
+    as real). The sweeper removes leftovers on a simulated cluster and lists them on real hardware
+    unless ``sweep_leftovers`` or the profile's ``sweep_real_clusters`` says remove. The run works in
+    namespaces claimed from the pool; what it creates elsewhere goes into its owner record.
+    """
+    sweep_local(progress, clusters=False)
+    api = load_client(kubeconfig, context)
+    calls = (calls or Recorder()).install(api)
+    version = check_reachable(api)["gitVersion"]
+    lease = run_lease(api, run_id, manifest.home, profile, on_lease_lost).acquire()
+    record = None
+    try:
+        remove = simulated or sweep_leftovers or profile.sweep_real_clusters
+        result = sweep(api, run_id, manifest.home, remove, progress)
+        # Real hardware: only the provisioned pool. A cluster of kwok nodes is the harness's kind of
+        # cluster (it creates nodes there too): it creates namespaces, and labels them for team checks.
+        spaces = (Created(api, run_id) if simulated else
+                  Pool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
+        record = OwnerRecord(api, manifest.home, run_id, lambda: spaces.held).create().attach(calls)
+        progress(f"using existing cluster at {server_url(api)} (Kubernetes {version}); "
+                 f"namespace pool: {len(manifest.pool)} ({manifest.pool[0]} ..)")
+        return Cluster("existing", simulated, api, Path(kubeconfig), context, version, run_id,
+                       profile, lease, sweep=result, metrics_at_connect=apimetrics.scrape(api),
+                       apf=apf.Classification(apf.dispatched(apf.scrape(api))),
+                       namespaces=spaces, calls=calls, record=record, manifest=manifest)
+    except BaseException:
+        if record is not None:
+            record.delete()
+        lease.release()
+        raise
+
+
+def release_owned(cluster: Cluster, progress: Callable[[str], None]) -> None:
+    """At the end of a run on a cluster it does not own: every pool namespace still held is emptied, and
+    everything the owner record names is removed (what a check's own clean-up missed), then the record.
+
+    Why here too: a check's teardown that failed half-way must not leave objects behind; the run holds
+    its Lease until this is done, so no other run's sweeper races it."""
+    if cluster.namespaces is not None:
+        cluster.namespaces.release_all()
+    if cluster.record is None:
+        return
+    from clusterproof.kube.ownership import Record, delete_owned, owned_objects, read_records
+    from clusterproof.taints.node_taints import release_run_taints
+    rec = read_records(cluster.api, cluster.record.namespace).get(cluster.run_id, Record())
+    left = owned_objects(cluster.api, cluster.run_id, rec)
+    removed = []
+    for path, (uid, how) in sorted(left.items()):
+        if how == "borrowed":
+            if release_run_taints(cluster.api, path.rsplit("/", 1)[1], cluster.run_id):
+                removed.append(f"taints on {path}")
+        elif delete_owned(cluster.api, path, uid) == "deleted":
+            removed.append(path)
+    if removed:
+        progress(f"removed at the end what the run's checks had left: {', '.join(removed)}")
+    cluster.record.delete()
+
+
+def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
+    """End the run's hold on the cluster: its Lease goes, and an embedded cluster with it."""
+    gone = cluster.kwok is not None and not keep
+    try:
+        if not gone:
+            release_owned(cluster, progress)
+        if cluster.lease is not None:
+            # An embedded cluster that is about to be deleted takes its Lease along.
+            cluster.lease.abandon() if gone else cluster.lease.release()
+    except Exception as e:  # an unreachable API server must not keep the cluster alive
+        if cluster.lease is not None:
+            cluster.lease.abandon()
+        progress(f"could not remove everything the run created ({type(e).__name__}: {str(e)[:160]}); its Lease "
+                 f"expires in {cluster.lease.duration_s if cluster.lease else 0} s and the next run sweeps "
+                 "what its owner record names")
+    finally:
+        if cluster.kwok is not None:
+            if keep:
+                progress(f"kept embedded cluster {cluster.kwok.name}; kubeconfig: {cluster.kubeconfig}")
+            else:
+                cluster.kwok.delete()

@@ -1,0 +1,390 @@
+"""The embedded cluster: real etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler started by kwokctl's binary runtime, nodes and pods faked by
+the kwok controller.
+
+Why kwokctl: it wires certificates, ports and the kwok controller exactly as
+kwok's own CI does; we only hand it the locally built binaries, so nothing is
+downloaded. APF keeps its real defaults: ``--disable-qps-limits`` would turn
+it off, so it is never passed.
+
+Clusters live under ``$CLUSTERPROOF_CACHE/kwok`` (KWOK_WORKDIR) and are named
+``cp-<run id>``; an owner file (host, pid *and* start time of the run's
+process) lets a later run on this machine sweep clusters whose run died (a
+cluster recorded on another host is left alone, and said so). Extra
+components (the Coscheduling scheduler and controller) are declared in the
+cluster's KwokctlConfiguration, so kwokctl starts, logs and stops them with
+the control plane.
+
+Deleting never lets kwokctl signal a process the run did not start: kwokctl
+v0.8.0's ``delete cluster`` SIGKILLs whatever pid each ``pids/*.pid`` holds,
+unchecked, and a cluster swept days after its run was killed has pid files
+naming pids that are long recycled. ``KwokCluster.delete`` kills the
+cluster's own processes itself (``processes.kill_owned``: command line and
+start time checked) and removes every pid file before kwokctl runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from clusterproof.kube import access
+from clusterproof.cluster import identities
+from clusterproof.cluster import realnodes
+from clusterproof.cluster import toolchain
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.processes import (clear_pid_files, elsewhere_note, kill_owned, owned_process, owner_alive,
+                                owner_elsewhere, owner_record)
+
+NAME_PREFIX = "cp-"
+# The cluster's ports (KwokctlConfiguration options), each taken from the OS's free ports.
+PORTS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kwokControllerPort", "kubeControllerManagerPort",
+         "kubeSchedulerPort")
+OWNER_FILE = "clusterproof-owner.json"
+
+
+def workdir() -> Path:
+    return toolchain.cache_root() / "kwok"
+
+
+def _env(kubernetes_version: str = toolchain.KUBERNETES_VERSION) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KWOK_WORKDIR"] = str(workdir())
+    env["KWOK_KUBE_VERSION"] = kubernetes_version
+    env["KWOK_KUBECTL_BINARY"] = str(toolchain.kubernetes(kubernetes_version).path("kubectl"))
+    # kwokctl must never fetch anything: every binary is given as a local path.
+    env.pop("KWOK_KUBE_IMAGE_PREFIX", None)
+    return env
+
+
+def known_feature_gates(apiserver: Path) -> set[str]:
+    """The feature gates a kube-apiserver binary knows, from its own ``--help`` (one
+    ``kube:Name=true|false (STAGE - default=...)`` line each; 1.34 and 1.35 prefix the component)."""
+    proc = subprocess.run([str(apiserver), "--help"], capture_output=True, text=True, timeout=60)
+    return set(re.findall(r"^\s+(?:kube:)?([A-Z]\w*)=true\|false \(", proc.stdout + proc.stderr, flags=re.M))
+
+
+def split_feature_gates(gates: str, known: set[str]) -> tuple[str, list[str]]:
+    """``gates`` (``A=true,B=false``) without the gates ``known`` does not hold, and the names dropped:
+    a profile's gates for 1.35 alpha features must not stop a 1.34 apiserver from starting
+    ("unrecognized feature gate")."""
+    kept, dropped = [], []
+    for g in filter(None, (x.strip() for x in gates.split(","))):
+        (kept if g.split("=", 1)[0] in known else dropped).append(g)
+    return ",".join(kept), [g.split("=", 1)[0] for g in dropped]
+
+
+def kwokctl(*args: str, timeout: float, check: bool = True,
+            kubernetes_version: str = toolchain.KUBERNETES_VERSION) -> subprocess.CompletedProcess:
+    cmd = [str(toolchain.KWOK.path("kwokctl")), *args]
+    try:
+        proc = subprocess.run(cmd, env=_env(kubernetes_version), capture_output=True, text=True, timeout=timeout,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"kwokctl {args[0]} {args[1] if len(args) > 1 else ''} did not finish "
+                           f"within {timeout:g} s") from None
+    if check and proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "ERROR" in ln or "error" in ln.lower()] or lines
+        raise HarnessError(f"kwokctl {' '.join(args[:2])} failed: "
+                           f"{_strip_ansi(errors[-1] if errors else 'no output')[:300]}")
+    return proc
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free now (all held open together while the OS picks them)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("0.0.0.0", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    """A TCP port free now (kwokctl and extra components are given theirs up front)."""
+    return free_ports(1)[0]
+
+
+def _strip_ansi(s: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", s).strip()
+
+
+@dataclass
+class KwokCluster:
+    """One kwokctl cluster; ``start`` and ``delete`` are its whole lifecycle."""
+    name: str
+    heartbeat_factor: float
+    node_lease_duration_s: int
+    kwok_parallelism: int = 4
+    # The control plane's version (profile key kubernetes_version): its binaries, built once each.
+    kubernetes_version: str = toolchain.KUBERNETES_VERSION
+    extra_args: tuple[str, ...] = ()
+    # kube-scheduler's client rate (0: its defaults, 50 QPS/burst 100). Every
+    # bind is an API call, so this caps scheduling throughput; merged into
+    # the kube-scheduler configuration kwokctl is given.
+    scheduler_api_qps: float = 0
+    scheduler_api_burst: int = 0
+    # Alpha APIs some suites probe for (e.g. native gang scheduling); passed to
+    # every control-plane component by kwokctl. Empty: Kubernetes' defaults.
+    feature_gates: str = ""
+    runtime_config: str = ""
+    # Gates of ``feature_gates`` this Kubernetes version does not know (left out; see start).
+    dropped_feature_gates: list[str] = field(default_factory=list)
+    # Extra kwokctl components (KwokctlConfiguration ``components``), e.g. the
+    # Coscheduling scheduler: started, logged and stopped with the cluster.
+    components: list[dict] = field(default_factory=list)
+    # Each component its own client certificate (clusterproof.cluster.identities), classified by APF as on a
+    # real cluster; False: kwokctl's one admin certificate for all (every component APF-exempt).
+    component_identities: bool = True
+    # Real nodes (clusterproof.cluster.realnodes) join this cluster: kwok is told to manage only the nodes the harness
+    # created as kwok nodes, and kube-apiserver gets a kubelet client certificate (logs, exec).
+    real_nodes: list = field(default_factory=list)            # clusterproof.cluster.realnodes.RealNode, planned
+    real_node_sandbox_image: str = ""
+    real_node_nvml: str | None = None        # the NVML library real nodes hand to GPU containers (None: none)
+    real_node_identity: bool = True          # False: the kubelets run as the admin (a negative control)
+    # Where the cluster lives, fixed when it is made: a test that points CLUSTERPROOF_CACHE elsewhere
+    # in-process must not make the supervisor think every component of this cluster is gone.
+    root: Path = field(default_factory=lambda: workdir())
+
+    @property
+    def directory(self) -> Path:
+        return self.root / "clusters" / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig.yaml"
+
+    @property
+    def user_kubeconfig(self) -> Path:
+        # kwokctl merges a context into --kubeconfig (default ~/.kube/config) on
+        # create and removes it on delete: point it at a private file instead.
+        return self.directory / "user.kubeconfig"
+
+    def start(self, timeout: float) -> None:
+        k8s = toolchain.kubernetes(self.kubernetes_version)
+        for c in (toolchain.KWOK, toolchain.ETCD, k8s):
+            toolchain.ensure(c)
+        args = [
+            "create", "cluster", "--name", self.name, "--runtime", "binary",
+            "--kube-apiserver-binary", str(k8s.path("kube-apiserver")),
+            "--kube-controller-manager-binary", str(k8s.path("kube-controller-manager")),
+            "--kube-scheduler-binary", str(k8s.path("kube-scheduler")),
+            "--kwok-controller-binary", str(toolchain.KWOK.path("kwok")),
+            "--etcd-binary", str(toolchain.ETCD.path("etcd")),
+            # Do not touch the user's ~/.kube/config: the cluster's own kubeconfig is enough.
+            "--kubeconfig", str(self.user_kubeconfig),
+            "--heartbeat-factor", f"{self.heartbeat_factor:g}",
+            "--node-lease-duration-seconds", str(self.node_lease_duration_s),
+            "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s",
+            "--quiet-pull",
+        ]
+        self.prepare()
+        # Every port from the OS's free ephemeral ports: kwokctl's own allocator counts down from 32765
+        # and checks only what is bound now, so clusters created at the same moment on this machine
+        # (other runs) were handed the same port and one component died binding it.
+        ports = dict(zip(PORTS, free_ports(len(PORTS))))
+        patches = []
+        scheduler_config = self._write_scheduler_config()
+        server = f"https://127.0.0.1:{ports['kubeApiserverPort']}"
+        if self.component_identities or self.real_nodes:
+            # kwokctl keeps a PKI it finds; the components' kubeconfigs need the server's port up front.
+            identities.write_pki(self.directory / "pki")
+        if self.component_identities:
+            patches = identities.components_patches(self.directory, server, scheduler_config)
+        if self.real_nodes:
+            patches = [*patches, *real_node_patches(self.directory / "pki")]
+            self.components = [*self.components, *realnodes.components(
+                self.directory, server, self.real_nodes, self.real_node_sandbox_image, self.real_node_nvml,
+                self.real_node_identity, self.kubernetes_version)]
+        if scheduler_config:
+            args += ["--kube-scheduler-config", str(scheduler_config)]
+        args += ["--kube-audit-policy", str(self._write_audit_policy())]
+        gates, self.dropped_feature_gates = split_feature_gates(
+            self.feature_gates, known_feature_gates(k8s.path("kube-apiserver")) if self.feature_gates else set())
+        if gates:
+            args += ["--kube-feature-gates", gates]
+        if self.runtime_config:
+            args += ["--kube-runtime-config", self.runtime_config]
+        for extra in self.extra_args:
+            args += ["--extra-args", extra]
+        args += ["--config", str(self._write_kwok_config(patches, ports))]
+        kwokctl(*args, timeout=timeout + 30, kubernetes_version=self.kubernetes_version)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "logs" / "audit.log"
+
+    def _write_audit_policy(self) -> Path:
+        """The apiserver's audit log keeps the requests of the harness's guest identity only (the
+        ServiceAccount of clusterproof/kube/rbac.yaml), at Metadata level: the second instrument the permission
+        self-test holds the harness's own request record against. Nothing else is logged (no cost at
+        7,500 nodes). Real nodes' heartbeats are logged too (clusterproof.cluster.realnodes.audit_rules)."""
+        path = self.directory / "clusterproof-audit-policy.yaml"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": [f"system:serviceaccount:{access.HOME}:{access.SERVICE_ACCOUNT}"]},
+                      *realnodes.audit_rules([n.name for n in self.real_nodes]),
+                      {"level": "None"}]}))
+        return path
+
+    def _write_scheduler_config(self) -> Path | None:
+        """A kube-scheduler configuration with the client rate set (kubescheduler.config.k8s.io/v1)."""
+        if not self.scheduler_api_qps and not self.component_identities:
+            return None
+        doc = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+               "clientConnection": {}}
+        if self.scheduler_api_qps:
+            doc["clientConnection"] = {"qps": float(self.scheduler_api_qps), "burst": int(self.scheduler_api_burst)}
+        path = self.directory / "clusterproof-scheduler.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def _write_kwok_config(self, patches: list[dict] = (), ports: dict | None = None) -> Path:
+        """The extra components (KwokctlConfiguration) and the kwok controller's worker counts
+        (a KwokConfiguration kwokctl passes on).
+
+        Each real kubelet works for its own node; kwok simulates all of them
+        with a few workers (default 4), which alone caps bring-up at ~45
+        nodes/s on this machine.
+        """
+        path = self.directory / "clusterproof-kwokctl.yaml"
+        n = self.kwok_parallelism
+        docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+                 "options": {"nodePlayStageParallelism": n, "nodeLeaseParallelism": n,
+                             "podPlayStageParallelism": n}}]
+        if self.components or patches or ports:
+            docs.insert(0, {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+                            **({"options": dict(ports)} if ports else {}),
+                            **({"components": self.components} if self.components else {}),
+                            **({"componentsPatches": list(patches)} if patches else {})})
+        path.write_text(yaml.safe_dump_all(docs))
+        return path
+
+    def prepare(self) -> None:
+        """Create the cluster's directory and claim it for this process (before anything runs in it)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / OWNER_FILE).write_text(json.dumps(owner_record()))
+
+    def delete(self) -> None:
+        """Stop every component and remove the cluster's files; safe to call twice.
+
+        The cluster's own processes are killed here, identity checked, and every pid file is
+        removed before kwokctl runs (module doc): kwokctl then only drops the context from the
+        private kubeconfig and removes the directory, and signals nothing.
+        """
+        if not self.directory.exists():
+            return
+        host = owner_elsewhere(_owner(self.directory))
+        if host:
+            # Its pid files name processes of that host: nothing here may act on them.
+            raise HarnessError(f"cluster {self.name}: {elsewhere_note('it', host)}")
+        kill_owned(self.directory)
+        left = realnodes.teardown(self.directory)
+        if left:   # never rmtree a directory that may still hold a mount of something else
+            raise HarnessError(f"cluster {self.name}: its real nodes left {', '.join(left[:5])} on this host "
+                               "(remove them by hand; `python -m clusterproof.cluster.kwok --sweep-all` retries)")
+        clear_pid_files(self.directory)
+        if toolchain.KWOK.is_built():
+            kwokctl("delete", "cluster", "--name", self.name, "--kubeconfig", str(self.user_kubeconfig),
+                    timeout=120, check=False, kubernetes_version=self.kubernetes_version)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def pids(self) -> dict[str, int]:
+        """Running components of this cluster, by name (pid files checked with ``owned_process``)."""
+        out = {}
+        for f in (self.directory / "pids").glob("*.pid"):
+            proc = owned_process(f, self.directory)
+            if proc is not None:
+                out[f.stem] = proc.pid
+        return out
+
+
+def real_node_patches(pki: Path) -> list[dict]:
+    """componentsPatches for a cluster with real nodes: kwok manages only annotated (kwok) nodes; kube-apiserver
+    talks to real kubelets with a client certificate (the admin's, which kwokctl also serves with)."""
+    from clusterproof.kube.client import KWOK_ANNOTATION
+
+    def arg(key, value, override=True):
+        return {"key": key, "value": value, "override": override}
+    return [{"name": "kwok-controller", "extraArgs": [
+                arg("manage-all-nodes", "false"),
+                arg("manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake", override=False)]},
+            {"name": "kube-apiserver", "extraArgs": [
+                arg("kubelet-client-certificate", str(pki / "admin.crt"), override=False),
+                arg("kubelet-client-key", str(pki / "admin.key"), override=False),
+                # a real node's name resolves nowhere: reach its kubelet at its own address
+                arg("kubelet-preferred-address-types", "InternalIP", override=False)]}]
+
+
+def _owner(d: Path) -> dict:
+    try:
+        return json.loads((d / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def sweep_clusters(keep: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
+    """Delete embedded clusters on this machine whose run is gone (its process, by pid and
+    start time, no longer runs), except clusters kept on purpose with --keep-cluster and
+    clusters whose run was recorded on another host (``say`` is told about each of those)."""
+    swept = []
+    root = workdir() / "clusters"
+    if not root.exists():
+        return swept
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or not d.name.startswith(NAME_PREFIX) or d.name == keep:
+            continue
+        owner = _owner(d)
+        host = owner_elsewhere(owner)
+        if host:
+            (say or print)(f"sweep: {elsewhere_note(f'embedded cluster {d.name}', host)}")
+            continue
+        if (d / "keep").exists() or owner_alive(owner):
+            continue
+        KwokCluster(d.name, 1, 40).delete()
+        swept.append(d.name)
+    return swept
+
+
+def main(argv: list[str]) -> int:
+    """``python -m clusterproof.cluster.kwok --sweep-all``: delete every clusterproof embedded
+    cluster on this machine, including ones kept with --keep-cluster, except
+    those whose run is still going (its process alive on this host) and those
+    whose run was recorded on another host (said so, one line each)."""
+    if argv != ["--sweep-all"]:
+        print("usage: python -m clusterproof.cluster.kwok --sweep-all", file=sys.stderr)
+        return 2
+    root = workdir() / "clusters"
+    names = [d.name for d in root.iterdir() if d.name.startswith(NAME_PREFIX)] if root.exists() else []
+    deleted = 0
+    for name in names:
+        owner = _owner(root / name)
+        host = owner_elsewhere(owner)
+        if host:   # even a kept one: its processes are that host's
+            print(elsewhere_note(f"embedded cluster {name}", host))
+            continue
+        # A kept cluster outlives its run on purpose; any other with a live owner is in use.
+        if not (root / name / "keep").exists() and owner_alive(owner):
+            print(f"kept {name}: its run (pid {owner.get('pid')}) is still going")
+            continue
+        KwokCluster(name, 1, 40).delete()
+        deleted += 1
+        print(f"deleted {name}")
+    print(f"{deleted} embedded cluster(s) deleted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

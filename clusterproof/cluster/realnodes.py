@@ -1,0 +1,626 @@
+"""Real nodes in the embedded cluster: a real kubelet on a real container runtime, beside the kwok nodes.
+
+Why: every pod the harness placed on a kwok node only ever existed in etcd.
+A real node runs containers: image, sandbox, container start, the kubelet's
+own admission of taints, NoExecute eviction, node Lease renewals under its
+own identity -- and the GPU preflight checker as a pod from an image, the
+exact path of a real GPU node, minus the silicon (the node's "GPUs" are the
+project's mock ``libnvidia-ml.so.1``, handed into containers the way the
+NVIDIA container toolkit hands in the real one; see ``clusterproof.cluster.gpu_runtime``).
+
+Each real node (profile key ``real_nodes``) is two extra components of the
+kwokctl cluster, so kwokctl starts, logs (``logs/<component>.log``), records
+and stops them with the control plane and the supervisor restarts them like
+kube-scheduler (``clusterproof.cluster.health``):
+
+- ``containerd-<node>``: Debian's containerd (pinned in ``clusterproof.cluster.hostpkgs``),
+  with its own root, state, socket, runc root, CNI configuration and network
+  namespaces (``netns_mounts_under_state_dir``), all under the node's directory
+  inside the cluster's;
+- ``kubelet-<node>``: the kubelet built at the cluster's version
+  (``clusterproof.cluster.toolchain.KUBELET``), its own root dir, ports, log dir and
+  cgroup root (``/clusterproof/<cluster>/<node>`` in every v1 hierarchy), a
+  client certificate ``system:node:<node>`` in ``system:nodes`` signed by the
+  cluster CA, so the Node authorizer and API Priority and Fairness
+  (``system-node-high``/``system-nodes``) treat it as any kubelet.
+
+Each node has a bridge of its own and a /24 of ``POD_NET``: the bridge holds
+the first address, the node's own (the kubelet refuses a loopback address)
+and its pods' gateway; no iptables rule is
+made (no masquerade, no port maps). Real nodes register with the taint
+``REAL_NODE_TAINT`` (NoSchedule): the suites' kwok workloads (fake images)
+never land on them; the real-node checks tolerate it. kwok is told to leave
+them alone (``--manage-nodes-with-annotation-selector``: only nodes the
+harness created as kwok nodes).
+
+Clean-up (``teardown``) runs wherever the cluster is deleted -- the end of a
+run, Ctrl-C, and the sweep of a run killed with SIGKILL -- and takes exactly
+what the node's own files name: the shims and container processes in the
+node's cgroups, every mount under the node's directory, the cgroups, the
+links, the container log links kubelet made in /var/log/containers.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import yaml
+
+from clusterproof.cluster import gpu_runtime
+from clusterproof.cluster import hostpkgs
+from clusterproof.cluster import identities
+from clusterproof.cluster import toolchain
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.processes import mounts_under, unmount_under
+
+NODE_PREFIX = "cp-real-"
+DIR = "rn"                          # under the cluster's directory (short: unix socket paths are <108 bytes)
+REAL_NODE_LABEL = "clusterproof.io/node-kind"       # "real" on these nodes
+REAL_NODE_TAINT = {"key": "clusterproof.io/real-node", "value": "true", "effect": "NoSchedule"}
+# A /24 per node: its bridge holds .1 (the node's address and its pods' gateway); pods get the rest.
+POD_NET = ipaddress.ip_network("172.31.0.0/16")
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")
+CNI_BIN = Path("/usr/lib/cni")
+LEASE_DURATION_S = 40               # the kubelet's default, said explicitly (renewed every 10 s)
+STATE_FILE = "node.json"            # what teardown needs: links, cgroup root, socket
+
+
+def containerd_component(node: str) -> str:
+    return f"containerd-{node}"
+
+
+def kubelet_component(node: str) -> str:
+    return f"kubelet-{node}"
+
+
+@dataclass
+class RealNode:
+    name: str
+    index: int
+    directory: Path                  # <cluster>/rn/<index>
+    address: str
+    pod_subnet: str
+    bridge: str                      # the node's bridge: holds its address, and its pods' gateway
+    cgroup_root: str                 # /clusterproof/<cluster>/<node>
+    kubelet_port: int
+    healthz_port: int
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "c.sock"
+
+    def state(self) -> dict:
+        return {"name": self.name, "address": self.address, "pod_subnet": self.pod_subnet,
+                "bridge": self.bridge, "cgroup_root": self.cgroup_root, "socket": str(self.socket),
+                "kubelet_port": self.kubelet_port}
+
+
+def _short(cluster: str, i: int) -> str:
+    return hashlib.sha256(f"{cluster}/{i}".encode()).hexdigest()[:8]
+
+
+def _used_networks() -> set[ipaddress.IPv4Network]:
+    used = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            try:
+                ip = ipaddress.ip_address(a.address.split("%")[0])
+            except ValueError:
+                continue
+            if ip.version == 4:
+                used.add(ipaddress.ip_network(f"{ip}/24", strict=False))
+    return used
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if shutil.which("ip") is None:
+        raise HarnessError("real nodes need the `ip` command (apt-get install iproute2)")
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise HarnessError(f"ip {' '.join(args)} failed: {proc.stderr.strip()[:200]}")
+    return proc
+
+
+def require_host() -> None:
+    """One line naming what this host lacks to run real nodes (root, cgroups, overlayfs, the runtime)."""
+    if os.geteuid() != 0:
+        raise HarnessError("real_nodes needs root (a kubelet and containerd manage mounts, cgroups and network "
+                           "namespaces): run as root or set real_nodes: 0")
+    missing_cg = [c for c in ("cpu", "cpuacct", "memory", "pids", "cpuset")
+                  if not (CGROUP_V1 / c / "cgroup.procs").exists()]
+    if missing_cg:
+        raise HarnessError(f"real_nodes needs the cgroup v1 hierarchies {', '.join(missing_cg)} mounted under "
+                           f"{CGROUP_V1} (this harness runs the kubelet with failCgroupV1: false); set real_nodes: 0")
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        raise HarnessError("real_nodes needs overlayfs (modprobe overlay) or set real_nodes: 0")
+    hostpkgs.require()
+    for plugin in ("bridge", "host-local", "loopback"):
+        if not (CNI_BIN / plugin).exists():
+            raise HarnessError(f"CNI plugin {CNI_BIN / plugin} is missing (apt-get install "
+                               f"containernetworking-plugins) or set real_nodes: 0")
+
+
+def plan(cluster_dir: Path, cluster: str, n: int, ports: list[int]) -> list[RealNode]:
+    """``n`` real nodes with addresses and subnets no interface on this host uses (chosen under a lock,
+    so two runs starting together do not pick the same)."""
+    nodes = []
+    lock = toolchain.cache_root() / "real-nodes.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        used = _used_networks() | _claimed_networks()
+        free = [net for net in POD_NET.subnets(new_prefix=24) if net not in used][:n]
+        if len(free) < n:
+            raise HarnessError(f"no free /24 left in {POD_NET} for {n} real node(s): other runs hold them")
+        for i, net in enumerate(free):
+            h = _short(cluster, i)
+            node = RealNode(name=f"{NODE_PREFIX}{i}", index=i, directory=cluster_dir / DIR / str(i),
+                            address=str(net.network_address + 1), pod_subnet=str(net),
+                            bridge=f"cpb{h}", cgroup_root=f"/clusterproof/{cluster}/{NODE_PREFIX}{i}",
+                            kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1])
+            node.directory.mkdir(parents=True, exist_ok=True)
+            (node.directory / STATE_FILE).write_text(json.dumps(node.state()))
+            _ip("link", "add", node.bridge, "type", "bridge")
+            _ip("addr", "add", f"{node.address}/24", "dev", node.bridge)
+            _ip("link", "set", node.bridge, "up")
+            nodes.append(node)
+    return nodes
+
+
+def _claimed_networks() -> set[ipaddress.IPv4Network]:
+    """Subnets recorded by real nodes of clusters on this machine (a node whose link is not up yet)."""
+    out = set()
+    root = toolchain.cache_root() / "kwok" / "clusters"
+    for f in root.glob(f"*/{DIR}/*/{STATE_FILE}"):
+        try:
+            out.add(ipaddress.ip_network(f"{json.loads(f.read_text())['address']}/24", strict=False))
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def containerd_config(node: RealNode, sandbox_image: str, runtime_binary: str) -> str:
+    d = node.directory
+    return f"""\
+version = 2
+root = "{d / 'containerd' / 'root'}"
+state = "{d / 'containerd' / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                    "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "{node.socket}"
+
+[ttrpc]
+  address = "{node.socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'containerd' / 'opt'}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  # Without it every sandbox fails: runc cannot lower oom_score_adj below the harness's own (NOTES.md).
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "{d / 'runc'}"
+        SystemdCgroup = false
+        # runc behind the node's GPU runtime, as nvidia-container-runtime is on a GPU node
+        BinaryName = "{runtime_binary}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{d / 'cni'}"
+"""
+
+
+def cni_config(node: RealNode) -> dict:
+    return {"cniVersion": "0.4.0", "name": f"clusterproof-{node.name}", "plugins": [
+        {"type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet}]],
+                  "dataDir": str(node.directory / "ipam")}}]}
+
+
+def kubelet_config(node: RealNode, ca: Path) -> dict:
+    d = node.directory
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        # This host (and CI's) is cgroup v1 hybrid: 1.35 refuses v1 unless told (KEP-5573).
+        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": node.cgroup_root,
+        "containerRuntimeEndpoint": f"unix://{node.socket}",
+        "address": node.address, "port": node.kubelet_port, "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": node.healthz_port,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(ca)}},
+        "authorization": {"mode": "Webhook"},
+        "registerWithTaints": [REAL_NODE_TAINT],
+        "podLogsDir": str(d / "pod-logs"),
+        "resolvConf": "",
+        "failSwapOn": False,
+        # The host's disk and memory are shared with everything else on it: the node must not evict
+        # the harness's own pods because another process filled the disk.
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "maxPods": 16,
+        "nodeLeaseDurationSeconds": LEASE_DURATION_S,
+        "serializeImagePulls": False,
+    }
+
+
+FAULTS_FILE = "nvml-faults.json"     # the real nodes' simulated GPUs' faults (clusterproof.preflight.mock_nvml.FaultFile)
+
+
+def faults_file(cluster_dir: Path) -> Path:
+    return cluster_dir / DIR / FAULTS_FILE
+
+
+def components(cluster_dir: Path, server: str, nodes: list[RealNode], sandbox_image: str,
+               nvml_library: str | None, node_identity: bool = True,
+               kubernetes_version: str = toolchain.KUBERNETES_VERSION) -> list[dict]:
+    """The kwokctl extra components of each real node (containerd, then its kubelet).
+
+    ``nvml_library``: the library the node's GPU runtime hands to containers that ask for GPUs
+    (``clusterproof.cluster.gpu_runtime``); None: a node whose driver library is missing (a negative control)."""
+    kubelet = toolchain.ensure(toolchain.kubelet(kubernetes_version))
+    bindir = cluster_dir / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    pki = cluster_dir / "pki"
+    faults = faults_file(cluster_dir)
+    if not faults.exists():
+        faults.parent.mkdir(parents=True, exist_ok=True)
+        faults.write_text(json.dumps({"machines": {}}))
+    out = []
+    for node in nodes:
+        d = node.directory
+        for sub in ("containerd", "cni", "pod-logs", "kubelet", "ipam"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        runtime = gpu_runtime.write_wrapper(d, node.name, nvml_library, str(faults), hostpkgs.binary("runc"))
+        (d / "containerd.toml").write_text(containerd_config(node, sandbox_image, runtime))
+        (d / "cni" / "10-clusterproof.conflist").write_text(json.dumps(cni_config(node), indent=1))
+        (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node, pki / "ca.crt")))
+        if node_identity:
+            identities.sign_client(pki, node.name, f"system:node:{node.name}", (identities.NODES_GROUP,))
+            kubeconfig = identities.write_kubeconfig(d / "kubelet.kubeconfig", server, pki, node.name)
+        else:   # the negative control: the kubelet as the admin (APF-exempt, not a node identity)
+            kubeconfig = identities.write_kubeconfig(d / "kubelet.kubeconfig", server, pki, "admin")
+        make_cgroups(node.cgroup_root)
+        links = {containerd_component(node.name): hostpkgs.binary("containerd"),
+                 kubelet_component(node.name): kubelet.path("kubelet")}
+        for name, target in links.items():
+            link = bindir / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
+        out.append({"name": containerd_component(node.name), "binary": str(bindir / containerd_component(node.name)),
+                    "workDir": str(cluster_dir), "args": ["--config", str(d / "containerd.toml")]})
+        out.append({"name": kubelet_component(node.name), "binary": str(bindir / kubelet_component(node.name)),
+                    "workDir": str(cluster_dir), "links": ["kube-apiserver", containerd_component(node.name)],
+                    "args": [f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kubeconfig}",
+                             f"--root-dir={d / 'kubelet'}", f"--cert-dir={d / 'kubelet' / 'pki'}",
+                             f"--hostname-override={node.name}", f"--node-ip={node.address}",
+                             f"--node-labels={REAL_NODE_LABEL}=real", "--v=1",
+                             # client-go logs each response's headers, among them the flow schema and
+                             # priority level API Priority and Fairness put the request in (the
+                             # classification check's instrument; ~2 KB/s of log per node)
+                             "--vmodule=round_trippers=8"]})
+    return out
+
+
+def audit_rules(names: list[str]) -> list[dict]:
+    """Audit policy rules for the real nodes' heartbeats: their node Lease and node status writes, at
+    Metadata level (each event names the user that wrote: the identity check's instrument; how API Priority
+    and Fairness classified a request is read from the kubelet's side, ``flow_schema_uids``). Nothing of the
+    kwok nodes is logged."""
+    if not names:
+        return []
+    return [{"level": "Metadata", "verbs": ["update", "patch"], "namespaces": ["kube-node-lease"],
+             "resources": [{"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": list(names)}]},
+            {"level": "Metadata", "verbs": ["update", "patch"],
+             "resources": [{"group": "", "resources": ["nodes/status"], "resourceNames": list(names)}]}]
+
+
+FLOW_SCHEMA_HEADER = "X-Kubernetes-Pf-Flowschema-Uid"
+UNCLASSIFIED = "(none yet: the API server's first seconds)"
+
+
+def flow_schema_uids(kubelet_log: Path) -> dict[str, int]:
+    """How many of a kubelet's responses named each FlowSchema uid (its log, ``--vmodule=round_trippers=8``)."""
+    counts: dict[str, int] = {}
+    try:
+        text = kubelet_log.read_text(errors="replace")
+    except OSError:
+        return counts
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(FLOW_SCHEMA_HEADER + ":"):
+            # empty: answered before the API server had made its stock flow schemas (its first seconds)
+            uid = line.split(":", 1)[1].strip() or UNCLASSIFIED
+            counts[uid] = counts.get(uid, 0) + 1
+    return counts
+
+
+def hierarchies() -> list[Path]:
+    """Every cgroup v1 hierarchy the kubelet makes its ``kubepods`` in (and the unified one)."""
+    if not CGROUP_V1.exists():
+        return []
+    return [p for p in sorted(CGROUP_V1.iterdir()) if (p / "cgroup.procs").exists()]
+
+
+def make_cgroups(root: str) -> None:
+    """The kubelet's cgroupRoot must exist in every hierarchy before it starts."""
+    for h in hierarchies():
+        path = h / root.lstrip("/")
+        path.mkdir(parents=True, exist_ok=True)
+        if h.name == "cpuset":   # a new cpuset cgroup has no cpus and mems until given its parent's
+            for p in [*reversed(path.relative_to(h).parents), path.relative_to(h)]:
+                cg = h / p
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    if (cg / f).exists() and not (cg / f).read_text().strip():
+                        (cg / f).write_text((cg.parent / f).read_text())
+
+
+# --- clean-up: everything a real node's own files name -------------------------------------------------
+
+def _cgroup_dirs(base: Path) -> list[Path]:
+    """``base`` and every cgroup below it; one that vanishes meanwhile (another sweeper, the kubelet) is skipped."""
+    out = []
+    for top, dirs, _ in os.walk(base, onerror=lambda e: None):
+        out.append(Path(top))
+    return out
+
+
+def _cgroup_pids(root: str) -> set[int]:
+    pids = set()
+    for h in hierarchies():
+        base = h / root.lstrip("/")
+        if not base.exists():
+            continue
+        for d in _cgroup_dirs(base):
+            try:
+                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                continue
+    return pids
+
+
+def _remove_cgroups(root: str) -> list[str]:
+    left = []
+    for h in hierarchies():
+        base = h / root.lstrip("/")
+        if not base.exists():
+            continue
+        for d in sorted(_cgroup_dirs(base), key=lambda p: -len(p.parts)):
+            for attempt in range(20):   # a process just killed leaves its cgroup a moment later (EBUSY)
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt == 19:
+                        left.append(f"cgroup {d}")
+                    else:
+                        time.sleep(0.1)
+        # the empty parents the harness made (/clusterproof/<cluster>)
+        for parent in base.parents:   # /clusterproof/<cluster>, then /clusterproof (if no other run uses it)
+            if parent == h:
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+    return left
+
+
+def _shims(socket: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and "containerd-shim" in os.path.basename(cmd[0]) and socket in cmd:
+            out.append(p)
+    return out
+
+
+def _naming(directory: Path) -> list[psutil.Process]:
+    """Live processes whose command line names the node's own directory (a kubelet or containerd the pid files
+    no longer name, e.g. started again by hand): the node's, and nothing else's."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if p.info["status"] != psutil.STATUS_ZOMBIE and any(str(directory) in a for a in p.info["cmdline"] or []):
+            out.append(p)
+    return out
+
+
+SHIM_SOCKETS = Path("/run/containerd/s")
+
+
+def _shim_socket(proc: psutil.Process) -> Path | None:
+    """The socket a containerd 1.6 shim serves on: /run/containerd/s/sha256(<address>/<namespace>/<id>),
+    fixed by containerd (not under the node's directory): removed with the shim."""
+    try:
+        cmd = proc.cmdline()
+        opt = {cmd[i]: cmd[i + 1] for i in range(1, len(cmd) - 1) if cmd[i].startswith("-")}
+        key = f"{opt['-address']}/{opt['-namespace']}/{opt['-id']}"
+    except (psutil.Error, KeyError):
+        return None
+    return SHIM_SOCKETS / hashlib.sha256(key.encode()).hexdigest()
+
+
+def teardown(cluster_dir: Path) -> list[str]:
+    """Remove every real node of ``cluster_dir`` (its containerd and kubelet must be dead already:
+    ``processes.kill_owned``). Returns what could not be removed (empty: nothing is left)."""
+    left = []
+    for state_file in sorted((cluster_dir / DIR).glob(f"*/{STATE_FILE}")):
+        try:
+            st = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            continue
+        d = state_file.parent
+        # Shims first (they would restart nothing, but hold mounts), then every process in the node's cgroups.
+        for _ in range(3):
+            victims = (_shims(st["socket"]) + _naming(d)
+                       + [psutil.Process(p) for p in _cgroup_pids(st["cgroup_root"]) if psutil.pid_exists(p)])
+            if not victims:
+                break
+            sockets = [s for s in map(_shim_socket, _shims(st["socket"])) if s is not None]
+            for p in victims:
+                try:
+                    p.send_signal(signal.SIGKILL)
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(victims, timeout=5)
+            for sock in sockets:
+                sock.unlink(missing_ok=True)
+        left += unmount_under(d)
+        left += _remove_cgroups(st["cgroup_root"])
+        for link in (st.get("bridge"),):
+            if link and _ip("link", "show", link, check=False).returncode == 0:
+                _ip("link", "del", link, check=False)
+                if _ip("link", "show", link, check=False).returncode == 0:
+                    left.append(f"link {link}")
+        logs = d / "pod-logs"
+        if CONTAINER_LOG_LINKS.exists():
+            for f in CONTAINER_LOG_LINKS.iterdir():
+                try:
+                    if f.is_symlink() and os.readlink(f).startswith(str(logs)):
+                        f.unlink()
+                except OSError:
+                    pass
+        if not left:
+            shutil.rmtree(d, ignore_errors=True)
+    return left
+
+
+def leftovers(cluster_dir: Path, states: list[dict]) -> list[str]:
+    """What of these real nodes still exists on the host (processes, mounts, cgroups, links): for the
+    self-tests that kill a run and look."""
+    out = []
+    for st in states:
+        out += [f"process {p.pid} ({p.name()})" for p in _shims(st["socket"])]
+        out += [f"process {p}" for p in _cgroup_pids(st["cgroup_root"])]
+        out += [f"cgroup {h / st['cgroup_root'].lstrip('/')}" for h in hierarchies()
+                if (h / st["cgroup_root"].lstrip("/")).exists()]
+        for link in (st["bridge"],):
+            if _ip("link", "show", link, check=False).returncode == 0:
+                out.append(f"link {link}")
+    out += [f"mount {m}" for m in mounts_under(cluster_dir)]
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(cluster_dir) in a for a in (p.info["cmdline"] or [])):
+            out.append(f"process {p.pid} ({' '.join(p.info['cmdline'][:2])[:80]})")
+    return out
+
+
+def wait_registered(api, nodes: list[RealNode], timeout: float, kwok_dir: Path) -> None:
+    """Every real node registered and Ready (its kubelet's log is named if not)."""
+    from clusterproof.kube.client import get_if_present
+    from clusterproof.core.waiting import wait_for
+
+    def ready(node: RealNode) -> bool:
+        obj = get_if_present(api, f"/api/v1/nodes/{node.name}")
+        conds = {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+        return conds.get("Ready") == "True"
+    for node in nodes:
+        wait_for(lambda n=node: ready(n), timeout=timeout, interval=1,
+                 what=f"real node {node.name} Ready "
+                      f"(log: {kwok_dir / 'logs' / (kubelet_component(node.name) + '.log')})")
+
+
+def is_component(name: str) -> bool:
+    """A kwokctl component name of a real node (containerd-cp-real-0, kubelet-cp-real-0)."""
+    return name.startswith((f"containerd-{NODE_PREFIX}", f"kubelet-{NODE_PREFIX}"))
+
+
+def sample_usage(nodes: list[RealNode]) -> dict[str, dict]:
+    """Per real node: CPU seconds and resident memory of its containerd, kubelet, shims and containers
+    (the processes naming the node's directory or socket, and those in its cgroups): what it costs."""
+    out = {}
+    for node in nodes:
+        cpu, rss, procs = 0.0, 0, 0
+        in_cgroups = _cgroup_pids(node.cgroup_root)
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = p.info["cmdline"] or []
+            if p.pid in in_cgroups or any(str(node.directory) in a for a in cmd) or str(node.socket) in cmd:
+                try:
+                    t = p.cpu_times()
+                    cpu += t.user + t.system
+                    rss += p.memory_info().rss
+                    procs += 1
+                except psutil.Error:
+                    continue
+        out[node.name] = {"cpu_s": round(cpu, 2), "rss_mib": round(rss / 2**20, 1), "processes": procs}
+    return out
+
+
+def pod_on(name: str, run_id: str, node: str, image: str, tolerations: list[dict] | None = None) -> dict:
+    """A small pod for a real node (its taint tolerated unless ``tolerations`` says otherwise), image by digest."""
+    from clusterproof.kube.pod_spec import pod_body
+    tol = tolerations if tolerations is not None else [{"key": REAL_NODE_TAINT["key"], "operator": "Exists"}]
+    body = pod_body(name, run_id, tolerations=tol, hostnames=[node])
+    c = body["spec"]["containers"][0]
+    c["image"], c["imagePullPolicy"] = image, "IfNotPresent"
+    # Requests only: a real container under the simulated pods' 10m CPU limit gets 1 ms of CPU per 100 ms,
+    # and runc's own start-up inside the pod's cgroup then takes 5-6 s (measured here).
+    c["resources"].pop("limits", None)
+    body["spec"]["terminationGracePeriodSeconds"] = 5
+    return body
+
+
+@dataclass
+class Joined:
+    """The real nodes of a running embedded cluster, and what their joining cost."""
+    nodes: list[RealNode]
+    images: dict                      # name -> clusterproof.cluster.images.Built (imported into every node)
+    seconds_to_ready: dict[str, float]
+    gpus: int
+    nvml: str | None                  # the library handed to GPU containers (None: missing, a control)
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+
+def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, nvml: str | None,
+         started_at: float, timeout: float, progress) -> Joined:
+    """After ``kwokctl create cluster`` started them: each node's images imported, the node Ready, and its
+    GPUs advertised (``nvidia.com/gpu``: what the NVIDIA device plugin would advertise; the harness writes
+    it, as no device plugin runs without a driver)."""
+    from clusterproof.cluster import images
+    from clusterproof.kube.client import get_if_present, raw_request
+    from clusterproof.core.waiting import wait_for
+    for node in nodes:
+        for b in built.values():
+            images.import_into(b, str(node.socket))
+    ready = {}
+    for node in nodes:
+        wait_registered(api, [node], timeout, cluster_dir)
+        ready[node.name] = round(time.monotonic() - started_at, 1)
+        raw_request(api, "PATCH", f"/api/v1/nodes/{node.name}/status",
+                    headers={"Content-Type": "application/merge-patch+json"},
+                    body={"status": {"capacity": {"nvidia.com/gpu": str(gpus)}}}).data
+    for node in nodes:   # the kubelet derives allocatable from capacity at its next status update (~10 s)
+        wait_for(lambda n=node: get_if_present(api, f"/api/v1/nodes/{n.name}"),
+                 until=lambda obj: ((obj or {}).get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu")
+                 == str(gpus), timeout=60, interval=1, what=f"real node {node.name} allocating {gpus} GPUs")
+    progress(f"{len(nodes)} real node(s) Ready ({', '.join(f'{k} {v:.0f} s' for k, v in ready.items())} after "
+             f"the cluster start; kubelet {toolchain.KUBELET.version}, containerd from Debian)")
+    return Joined(nodes, built, ready, gpus, nvml)

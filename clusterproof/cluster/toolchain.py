@@ -1,0 +1,422 @@
+"""Upstream binaries, built from their Go modules at pinned versions and cached.
+
+Why build: this machine (and CI) reaches the Go module proxy but not dl.k8s.io
+or GitHub releases, so every control-plane binary is compiled from its
+published module. Builds are cached by component and version under
+``$CLUSTERPROOF_CACHE`` (default ``~/.cache/clusterproof``): only the first run
+pays; a second run finds the binaries and builds nothing.
+
+Version choice (see README "Toolchain"): the newest Coscheduling release the
+module proxy serves is scheduler-plugins v0.34.7 (Kubernetes 1.34 libraries).
+The version-skew policy lets a scheduler be one minor older than the
+apiserver, so the control plane is Kubernetes 1.35 -- the newest minor that
+all components support together.
+
+Run ``python -m clusterproof.cluster.toolchain`` to build (or verify) everything.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterproof.core.errors import HarnessError
+
+KUBERNETES_VERSION = "v1.35.4"
+KWOK_VERSION = "v0.8.0"
+ETCD_VERSION = "v3.6.16"
+SCHEDULER_PLUGINS_VERSION = "v0.34.7"
+# scheduler-plugins v0.34.7 pins Kubernetes v1.34.7 libraries, but the module
+# proxy this project builds from serves no v0.34.7 of some staging modules
+# (k8s.io/dynamic-resource-allocation, k8s.io/csi-translation-lib: 403). The
+# newest 1.34 patch it serves completely is v1.34.4; patch releases keep the
+# library APIs, so the plugins are built against that instead.
+SCHEDULER_PLUGINS_K8S_LIBS = "v1.34.4"
+# The mock NVML library (clusterproof/preflight/checker/mocknvml, the project's own cgo code) answers
+# from go-nvml's mock DGX machines; v0.13.4-1 is the newest go-nvml the module
+# proxy serves (go list -m -versions).
+GO_NVML_VERSION = "v0.13.4-1"
+MOCKNVML_DIR = Path(__file__).resolve().parent.parent / "preflight" / "checker" / "mocknvml"
+# Prometheus (and promtool) from module github.com/prometheus/prometheus, whose
+# v0.3MM.P tags are Prometheus 3.MM.P. The newest the module proxy serves,
+# v0.316.0, builds (measured 2026-11-23; older notes said v0.310+ lacked
+# github.com/pb33f/* modules -- the proxy serves them now).
+PROMETHEUS_VERSION = "v0.316.0"
+
+# actionlint (the GitHub Actions workflow linter `make test` runs on
+# .github/workflows/): the newest release the module proxy serves.
+ACTIONLINT_VERSION = "v1.7.12"
+
+# Oldest Go that builds all of the above (kwok v0.8.0 declares go 1.26.0).
+MIN_GO = (1, 26)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CLUSTERPROOF_CACHE", Path.home() / ".cache" / "clusterproof"))
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str
+    binaries: tuple[str, ...]
+    # Part of the cache key: bumped when the build recipe changes, so a
+    # cached binary from an older recipe is rebuilt instead of reused.
+    build: str = ""
+
+    @property
+    def directory(self) -> Path:
+        return cache_root() / "bin" / f"{self.name}-{self.version}{self.build}"
+
+    def path(self, binary: str) -> Path:
+        return self.directory / binary
+
+    def is_built(self) -> bool:
+        return all(os.access(self.path(b), os.X_OK) for b in self.binaries)
+
+
+KWOK = Component("kwok", KWOK_VERSION, ("kwok", "kwokctl"))
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+KUBERNETES = Component("kubernetes", KUBERNETES_VERSION, KUBERNETES_BINARIES)
+KUBERNETES_VERSION_PATTERN = r"^v1\.\d+\.\d+$"
+
+
+def kubernetes(version: str = KUBERNETES_VERSION) -> Component:
+    """The control plane at ``version`` (profile key ``kubernetes_version``): each version built
+    once into its own cache directory."""
+    if not re.match(KUBERNETES_VERSION_PATTERN, version):
+        raise HarnessError(f"kubernetes_version {version!r} is not a release tag like {KUBERNETES_VERSION}")
+    return KUBERNETES if version == KUBERNETES_VERSION else Component("kubernetes", version, KUBERNETES_BINARIES)
+# The kubelet of a real node (profile key real_nodes): the same module and recipe as the control
+# plane, its own cache directory (so adding it does not rebuild the control plane).
+KUBELET = Component("kubelet", KUBERNETES_VERSION, ("kubelet",))
+
+
+def kubelet(version: str = KUBERNETES_VERSION) -> Component:
+    """The real nodes' kubelet at the cluster's ``kubernetes_version``."""
+    kubernetes(version)   # the same validation
+    return KUBELET if version == KUBERNETES_VERSION else Component("kubelet", version, ("kubelet",))
+
+
+ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
+SCHEDULER_PLUGINS = Component(
+    "scheduler-plugins", SCHEDULER_PLUGINS_VERSION, ("kube-scheduler", "controller"),
+    build=f"+k8s-{SCHEDULER_PLUGINS_K8S_LIBS}")
+
+
+def _source_hash(directory: Path) -> str:
+    """A digest of the project's own Go/C sources of a component: an edit rebuilds it."""
+    digest = hashlib.sha256()
+    for f in sorted(directory.glob("*")):
+        if f.suffix in (".go", ".c", ".h") or f.name in ("go.mod", "go.sum"):
+            digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+MOCKNVML = Component("mocknvml", GO_NVML_VERSION, ("libnvidia-ml.so.1",),
+                     build=f"+src-{_source_hash(MOCKNVML_DIR)}")
+PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus", "promtool"))
+COMPONENTS = (KWOK, ETCD, KUBERNETES, KUBELET, SCHEDULER_PLUGINS, PROMETHEUS, MOCKNVML)
+# Not needed by a run: built when the workflows are linted (make lint-workflows, the self-tests).
+ACTIONLINT = Component("actionlint", ACTIONLINT_VERSION, ("actionlint",))
+
+
+def prometheus_release(version: str = PROMETHEUS_VERSION) -> str:
+    """The Prometheus release a module tag is: v0.316.0 -> 3.16.0."""
+    minor, patch = re.fullmatch(r"v0\.3(\d\d)\.(\d+)", version).groups()
+    return f"3.{int(minor)}.{patch}"
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Never let go silently download another toolchain: builds must use the
+    # Go that is installed, so results are reproducible and offline-safe.
+    env["GOTOOLCHAIN"] = "local"
+    env["GOFLAGS"] = "-buildvcs=false -mod=mod"
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def go_binary() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise HarnessError("Go is not installed: install Go >= 1.26 (e.g. from go.dev or "
+                           "your distribution) so the control-plane binaries can be built")
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
+    m = re.match(r"go(\d+)\.(\d+)", out.strip())
+    if m and (int(m[1]), int(m[2])) < MIN_GO:
+        raise HarnessError(f"{out.strip()} is too old: install Go >= "
+                           f"{MIN_GO[0]}.{MIN_GO[1]} to build kwok {KWOK_VERSION}")
+    return go
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, what: str, **env: str) -> None:
+    with log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}  (in {cwd})\n")
+        fh.flush()
+        proc = subprocess.run(cmd, cwd=cwd, env={**go_env(), **env}, stdout=fh,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        raise HarnessError(f"building {what} failed ({tail[0].strip()}); full log: {log}")
+
+
+def _version_ldflags(version: str) -> str:
+    major, minor = re.match(r"v(\d+)\.(\d+)", version).groups()
+    base = "k8s.io/component-base/version"
+    return (f"-s -w -X {base}.gitVersion={version} -X {base}.gitMajor={major} "
+            f"-X {base}.gitMinor={minor} -X {base}.gitTreeState=clean")
+
+
+def _mod_download(go: str, module: str, work: Path, log: Path) -> dict:
+    with log.open("a") as fh:
+        proc = subprocess.run([go, "mod", "download", "-json", module], cwd=work,
+                              env=go_env(), stdout=subprocess.PIPE, stderr=fh, text=True)
+    if proc.returncode != 0:
+        try:
+            err = json.loads(proc.stdout).get("Error", "")
+        except ValueError:
+            err = ""
+        why = "the module proxy does not serve it" if re.search(r"\b(403|404|410)\b|not found|unknown revision|"
+                                                              r"invalid version", err) else "check GOPROXY/network"
+        raise HarnessError(f"cannot download Go module {module} ({why}); log: {log}")
+    return json.loads(proc.stdout)
+
+
+def _build_kwok(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    cmd = [go, "install", "-trimpath", "-ldflags=-s -w",
+           f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"]
+    _run(cmd, work, log, f"kwok {KWOK_VERSION}", GOBIN=str(out))
+
+
+def _build_actionlint(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    _run([go, "install", "-trimpath", "-ldflags=-s -w", f"github.com/rhysd/actionlint/cmd/actionlint@{c.version}"],
+         work, log, f"actionlint {c.version}", GOBIN=str(out))
+
+
+def _write_wrapper(work: Path, requires: dict[str, str], replaces: dict[str, str]) -> None:
+    lines = ["module clusterproof.local/toolchain", "", "go 1.26", "", "require ("]
+    lines += [f"\t{m} {v}" for m, v in requires.items()]
+    lines += [")", ""]
+    if replaces:
+        lines += ["replace ("] + [f"\t{m} => {m} {v}" for m, v in replaces.items()] + [")"]
+    (work / "go.mod").write_text("\n".join(lines) + "\n")
+
+
+def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    # k8s.io/kubernetes replaces every staging module with ./staging/...; a
+    # consumer must map each to its published v0.MINOR.PATCH tag instead.
+    version = c.version
+    info = _mod_download(go, f"k8s.io/kubernetes@{version}", work, log)
+    gomod = Path(info["GoMod"]).read_text()
+    staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", gomod, flags=re.M)
+    if not staging:
+        raise HarnessError(f"unexpected go.mod in k8s.io/kubernetes@{version}: "
+                           "no staging replaces found")
+    staging_version = "v0." + version[len("v1."):]
+    _write_wrapper(work, {"k8s.io/kubernetes": version},
+                   {m: staging_version for m in staging})
+    pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in c.binaries]
+    try:
+        _run([go, "get", *[f"{p}@{version}" for p in pkgs]], work, log,
+             f"kubernetes {version} (go get)")
+    except HarnessError:
+        missing = missing_module(log.read_text(errors="replace"))
+        if missing:
+            raise HarnessError(f"Kubernetes {version} cannot be built: the module proxy does not serve "
+                               f"{missing} (choose a kubernetes_version whose modules are all published, "
+                               f"e.g. {KUBERNETES_VERSION}); log: {log}") from None
+        raise
+    _run([go, "build", "-trimpath", f"-ldflags={_version_ldflags(version)}",
+          "-o", str(out) + "/", *pkgs], work, log, f"kubernetes {version}")
+
+
+def missing_module(go_output: str) -> str | None:
+    """The first module@version a go command could not fetch, from its output (e.g.
+    ``k8s.io/dynamic-resource-allocation@v0.34.7: reading https://proxy.golang.org/...: 403 Forbidden``)."""
+    m = re.search(r"([\w.-]+(?:/[\w.~-]+)+@v[\w.+-]+): (?:reading|verifying|invalid version|unknown revision|"
+                  r"module .* not found|.*(?:403|404|410)\b)", go_output)
+    return m[1] if m else None
+
+
+def _build_etcd(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    _write_wrapper(work, {}, {})
+    _run([go, "get", f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"], work, log,
+         f"etcd {ETCD_VERSION} (go get)")
+    _run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(out / "etcd"),
+          "go.etcd.io/etcd/server/v3"], work, log, f"etcd {ETCD_VERSION}")
+
+
+def _writable_module(go: str, module: str, work: Path, log: Path) -> Path:
+    """A writable copy of a downloaded module: replace/exclude directives apply only inside it."""
+    src = work / "src"
+    shutil.copytree(_mod_download(go, module, work, log)["Dir"], src)
+    for p in [src, *src.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o200)
+    return src
+
+
+def _build_scheduler_plugins(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    # Its go.mod pins k8s.io/* with version replaces, which only apply inside
+    # the module itself: build in a writable copy of the downloaded module.
+    src = _writable_module(go, f"sigs.k8s.io/scheduler-plugins@{SCHEDULER_PLUGINS_VERSION}", work, log)
+    gomod = src / "go.mod"
+    pinned = re.search(r"^\s*k8s\.io/kubernetes => k8s\.io/kubernetes (v1\.\d+\.\d+)",
+                       gomod.read_text(), flags=re.M)
+    if pinned is None:
+        raise HarnessError(f"unexpected go.mod in scheduler-plugins {SCHEDULER_PLUGINS_VERSION}: "
+                           "no k8s.io/kubernetes replace found")
+    old_lib, new_lib = "v0." + pinned[1][3:], "v0." + SCHEDULER_PLUGINS_K8S_LIBS[3:]
+    gomod.write_text(gomod.read_text()
+                     .replace(f" {pinned[1]}", f" {SCHEDULER_PLUGINS_K8S_LIBS}")
+                     .replace(f" {old_lib}", f" {new_lib}"))
+    what = f"scheduler-plugins {SCHEDULER_PLUGINS_VERSION}"
+    # component-base/version is the *Kubernetes* version the scheduler is
+    # built from: kube-scheduler derives its compatibility (emulation)
+    # version from it and refuses to start with v0.34.7 ("emulation version
+    # 0.34 is not between [1.31, 0.34.0]").
+    _run([go, "build", "-trimpath", f"-ldflags={_version_ldflags(SCHEDULER_PLUGINS_K8S_LIBS)}",
+          "-o", str(out / "kube-scheduler"), "./cmd/scheduler"], src, log, what)
+    _run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(out / "controller"),
+          "./cmd/controller"], src, log, what + " controller")
+
+
+def _build_mocknvml(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    """The mock libnvidia-ml.so.1: cgo, -buildmode=c-shared, in a copy of clusterproof/preflight/checker/mocknvml.
+
+    CGO_ENABLED=1 for this build only (go_env turns cgo off for the rest).
+    nvml.h is read from the go-nvml module in the module cache (abi_check.c
+    proves the exports' types against it). go-nvml's own cgo code references
+    every NVML function; Python's ctypes loads with RTLD_NOW, so each one the
+    library does not implement must exist: a first build lists them (``nm``),
+    a generated file defines each as answering NVML_ERROR_NOT_SUPPORTED (what a
+    real library says for a feature the GPU lacks), and a second build links it.
+    """
+    info = _mod_download(go, f"github.com/NVIDIA/go-nvml@{GO_NVML_VERSION}", work, log)
+    include = Path(info["Dir"]) / "pkg" / "nvml"
+    src = work / "src"
+    shutil.copytree(MOCKNVML_DIR, src, ignore=shutil.ignore_patterns("zz_*", "*.so*"))
+    lib = out / MOCKNVML.binaries[0]
+    what = f"mocknvml (go-nvml {GO_NVML_VERSION})"
+    env = {"CGO_ENABLED": "1", "CGO_CFLAGS": f"-O2 -I{include}", "GOFLAGS": "-buildvcs=false -mod=readonly"}
+    cmd = [go, "build", "-buildmode=c-shared", "-trimpath",
+           f"-ldflags=-s -w -extldflags=-Wl,-soname,{lib.name}", "-o", str(lib), "."]
+    _run(cmd, src, log, what, **env)
+    nm = shutil.which("nm")
+    if nm is None:
+        raise HarnessError("building the mock NVML library needs `nm` (binutils): install binutils")
+    undefined = subprocess.run([nm, "-D", "--undefined-only", str(lib)], capture_output=True, text=True,
+                               check=True).stdout
+    names = sorted({ln.split()[-1] for ln in undefined.splitlines() if ln.split()[-1].startswith("nvml")})
+    (src / "zz_not_supported.c").write_text(
+        "/* Generated at build time: NVML functions the mock does not implement. */\n"
+        + "".join(f"unsigned int {n}(void) {{ return 3; /* NVML_ERROR_NOT_SUPPORTED */ }}\n" for n in names))
+    _run(cmd, src, log, what + " (with stubs)", **env)
+    lib.with_suffix(".h").unlink(missing_ok=True)   # cgo's export header: not needed at run time
+    lib.chmod(0o755)
+
+
+def _build_prometheus(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    # Built inside a writable copy of the downloaded module (its go.mod has
+    # excludes and replaces that only apply there). GOWORK=off: the module
+    # ships a go.work. remove_all_sd: no service-discovery plugins (the
+    # harness gives static targets); no builtinassets tag: no web UI, the
+    # HTTP API is complete without it.
+    src = _writable_module(go, f"github.com/prometheus/prometheus@{PROMETHEUS_VERSION}", work, log)
+    base = "github.com/prometheus/common/version"
+    ldflags = (f"-s -w -X {base}.Version={prometheus_release()} -X {base}.Revision={PROMETHEUS_VERSION} "
+               f"-X {base}.Branch=module-proxy -X {base}.BuildUser=clusterproof")
+    _run([go, "build", "-trimpath", "-tags", "remove_all_sd", f"-ldflags={ldflags}", "-o", str(out) + "/",
+          "./cmd/prometheus", "./cmd/promtool"], src, log, f"prometheus {PROMETHEUS_VERSION}", GOWORK="off")
+
+
+_BUILDERS = {
+    "mocknvml": _build_mocknvml,
+    "kwok": _build_kwok,
+    "kubernetes": _build_kubernetes,
+    "kubelet": _build_kubernetes,
+    "etcd": _build_etcd,
+    "scheduler-plugins": _build_scheduler_plugins,
+    "prometheus": _build_prometheus,
+    "actionlint": _build_actionlint,
+}
+
+
+def ensure(component: Component, progress=print) -> Component:
+    """Build ``component`` unless its binaries are already cached."""
+    if component.is_built():
+        return component
+    go = go_binary()
+    logs = cache_root() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (cache_root() / "bin").mkdir(parents=True, exist_ok=True)
+    log = logs / f"{component.name}-{component.version}.log"
+    log.write_text("")
+    progress(f"building {component.name} {component.version} from Go modules "
+             f"(first run only; log: {log})")
+    staging = Path(tempfile.mkdtemp(prefix=f"{component.name}-", dir=cache_root() / "bin"))
+    try:
+        with tempfile.TemporaryDirectory(prefix="cp-build-") as work:
+            _BUILDERS[component.name](go, Path(work), staging, log, component)
+        missing = [b for b in component.binaries if not (staging / b).exists()]
+        if missing:
+            raise HarnessError(f"building {component.name} produced no {', '.join(missing)}; "
+                               f"log: {log}")
+        if component.directory.exists():
+            shutil.rmtree(component.directory)
+        staging.chmod(0o755)
+        staging.rename(component.directory)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return component
+
+
+def components(kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
+    """Every component a run needs, with the control plane at ``kubernetes_version``."""
+    swap = {KUBERNETES: kubernetes(kubernetes_version), KUBELET: kubelet(kubernetes_version)}
+    return tuple(swap.get(c, c) for c in COMPONENTS)
+
+
+def ensure_all(progress=print, kubernetes_version: str = KUBERNETES_VERSION) -> None:
+    for c in components(kubernetes_version):
+        ensure(c, progress)
+
+
+def versions() -> dict[str, str]:
+    return {c.name: c.version for c in COMPONENTS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m clusterproof.cluster.toolchain [--only] [kubernetes@vX.Y.Z ...] [actionlint]``: build (or verify)
+    every component a run needs; ``kubernetes@`` builds that control-plane version too, ``actionlint``
+    the workflow linter; ``--only``: just those named."""
+    args = sys.argv[1:] if argv is None else argv
+    extra = [a.split("@", 1)[1] for a in args if a.startswith("kubernetes@")]
+    unknown = [a for a in args if not a.startswith("kubernetes@") and a not in ("--only", "actionlint")]
+    if unknown:
+        print(f"clusterproof: unknown argument {unknown[0]!r} (usage: python -m clusterproof.cluster.toolchain "
+              f"[--only] [kubernetes@{KUBERNETES_VERSION}] [actionlint])", file=sys.stderr)
+        return 2
+    try:
+        wanted = [] if "--only" in args else list(COMPONENTS)
+        wanted += [kubernetes(v) for v in extra] + ([ACTIONLINT] if "actionlint" in args else [])
+        for c in wanted:
+            ensure(c, progress=lambda m: print(m, flush=True))
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    for c in wanted:
+        print(f"{c.name:18} {c.version:9} {c.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""Gangs: how a gang is declared to each gang scheduler, created, read and waited for.
+
+Why a module: suites/test_gang_scheduling.py runs the same checks against two
+gang schedulers and must not know how either declares a gang:
+
+- ``coscheduling``: a PodGroup (``scheduling.x-k8s.io/v1alpha1``) and pods
+  labelled ``scheduling.x-k8s.io/pod-group``;
+- ``native``: KEP-4671 gang scheduling of the pinned Kubernetes (alpha in
+  1.35: a ``scheduling.k8s.io/v1alpha1`` Workload, pods' ``spec.workloadRef``).
+
+Which backends exist and the pytest fixtures that provide them are in
+``clusterproof.gang.backends``. Timing rules: every wait goes through
+``waiting.wait_for`` or an informer with a deadline; a window in which
+nothing may happen (a gang that must not bind) is watched, not slept through.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from clusterproof.core.errors import HarnessError
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.client import get_if_present, list_raw, raw_request
+from clusterproof.cluster.nodes import is_ready
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import create_pods, delete_pods, list_pods, pod_events, terminating
+from clusterproof.core.run import RUN_LABEL, metadata
+from clusterproof.core.waiting import wait_for
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"        # Coscheduling's membership label
+GANG_LABEL = "clusterproof.io/gang"                      # ours, on every gang pod (both backends)
+PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
+WORKLOAD_GV = "scheduling.k8s.io/v1alpha1"
+WORKLOAD_PATH = "/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads"
+TIMED_OUT = "rejected due to timeout"          # the scheduler framework's Permit-timeout message
+# Kubernetes 1.35's native gang timeout is a constant, not configurable
+# (pkg/scheduler/backend/workloadmanager DefaultSchedulingTimeoutDuration).
+NATIVE_GANG_TIMEOUT_S = 300
+
+
+@dataclass
+class Backend:
+    """One gang scheduler the checks run against; ``skip`` says why it cannot run."""
+    name: str                      # "coscheduling" | "native" (test ids)
+    scheduler_name: str            # pods' spec.schedulerName
+    description: str
+    hold_timeout_s: float          # how long a waiting gang may hold nodes (its schedule timeout)
+    skip: str | None = None        # cannot run here (e.g. API not served): the test is skipped
+    error: str | None = None       # should run but cannot (user mistake): the test fails, one line
+
+    def group(self, ns: str, gang: str, min_count: int, run_id: str,
+              timeout_s: float | None = None) -> tuple[str, dict]:
+        """(collection path, body) of the object that declares the gang."""
+        meta = metadata(gang, run_id, {GANG_LABEL: gang})
+        if self.name == "coscheduling":
+            spec = {"minMember": min_count}
+            if timeout_s is not None:
+                spec["scheduleTimeoutSeconds"] = int(timeout_s)
+            return PG_PATH.format(ns=ns), {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                                           "kind": "PodGroup", "metadata": meta, "spec": spec}
+        return WORKLOAD_PATH.format(ns=ns), {
+            "apiVersion": WORKLOAD_GV, "kind": "Workload", "metadata": meta,
+            "spec": {"podGroups": [{"name": "workers",
+                                    "policy": {"gang": {"minCount": min_count}}}]}}
+
+    def member(self, pod: dict, gang: str) -> dict:
+        """Make ``pod`` a member of ``gang``."""
+        if self.name == "coscheduling":
+            pod["metadata"]["labels"][POD_GROUP_LABEL] = gang
+        else:
+            pod["spec"]["workloadRef"] = {"name": gang, "podGroup": "workers"}
+        return pod
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a test's pods may go: a node selector and the tolerations that match it."""
+    node_selector: dict
+    tolerations: tuple = ()
+
+
+def rank(name: str, run_id: str, scheduler: str, place: Placement, gpus: int, labels: dict | None = None) -> dict:
+    """One whole-node GPU pod (a training rank) placed by ``place``."""
+    return pod_body(name, run_id, gpus=gpus, labels=labels, scheduler=scheduler,
+                    node_selector=place.node_selector, tolerations=place.tolerations)
+
+
+@dataclass
+class Gang:
+    name: str
+    namespace: str
+    pods: list[str]
+    created_last_at: float = 0.0     # monotonic time the last member's create returned
+
+
+def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
+                 gangs: dict[str, int], place: Placement, gpus: int,
+                 timeout_s: float | None = None, unsatisfiable: int = 0) -> list[Gang]:
+    """Declare every gang, then create all their pods at once, interleaved (a0 b0 c0 a1 ...).
+
+    ``unsatisfiable`` extra members per gang can never be placed (see
+    ``unsatisfiable_member``); they count towards the gang's minimum.
+    """
+    for name, size in gangs.items():
+        path, body = backend.group(ns, name, size + unsatisfiable, run_id, timeout_s)
+        raw_request(api, "POST", path, body=body).data
+    out = {name: Gang(name, ns, []) for name in gangs}
+    bodies = []
+    for i in range(max(gangs.values()) + unsatisfiable):
+        for name, size in gangs.items():
+            if i >= size + unsatisfiable:
+                continue
+            pod = rank(f"{name}-{i}", run_id, backend.scheduler_name, place, gpus, {GANG_LABEL: name})
+            if i >= size:
+                pod = unsatisfiable_member(backend, pod)
+            out[name].pods.append(pod["metadata"]["name"])
+            bodies.append(backend.member(pod, name))
+    create_pods(api, ns, bodies, workers=32)
+    last = time.monotonic()
+    for g in out.values():
+        g.created_last_at = last
+    return list(out.values())
+
+
+def unsatisfiable_member(backend: Backend, pod: dict) -> dict:
+    """A gang member that can never be placed, without failing in a way that releases the gang.
+
+    Coscheduling rejects a whole gang at once when a member fails the
+    scheduler's Filter (its PostFilter), so such a gang never holds nodes;
+    what holds nodes until the timeout is a member the scheduler never gets
+    to -- here, one addressed to a scheduler that does not exist (as a member
+    stuck behind a slow job controller would be). Native 1.35 has no such
+    release: a member that fits nowhere (twice a node's GPUs) makes the
+    others hold their nodes until the gang timeout.
+    """
+    if backend.name == "coscheduling":
+        pod["spec"]["schedulerName"] = "clusterproof-no-such-scheduler"
+    else:
+        gpus = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]) * 2
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)},
+                                                     "limits": {"nvidia.com/gpu": str(gpus)}}
+    return pod
+
+
+def bindings(api: client.ApiClient, ns: str, selector: str = GANG_LABEL) -> dict[str, str | None]:
+    """pod name -> node name (None while unbound) for the live pods matching ``selector``
+    (a terminating pod is no longer a gang member)."""
+    return {name: p["spec"].get("nodeName") for name, p in list_pods(api, ns, selector).items()
+            if not terminating(p)}
+
+
+@dataclass
+class GangState:
+    """How many members of each gang are bound, from one pod list."""
+    bound: dict[str, list[str]]      # gang -> bound pod names
+    size: dict[str, int]
+
+    @classmethod
+    def read(cls, api: client.ApiClient, gangs: list[Gang]) -> "GangState":
+        nodes: dict[str, str | None] = {}
+        for n in {g.namespace for g in gangs}:
+            nodes.update(bindings(api, n))
+        return cls({g.name: [p for p in g.pods if nodes.get(p)] for g in gangs},
+                   {g.name: len(g.pods) for g in gangs})
+
+    def complete(self) -> list[str]:
+        return [g for g, b in self.bound.items() if len(b) == self.size[g]]
+
+    def empty(self) -> list[str]:
+        return [g for g, b in self.bound.items() if not b]
+
+    def partial(self) -> list[str]:
+        return [g for g, b in self.bound.items() if 0 < len(b) < self.size[g]]
+
+    def __str__(self) -> str:
+        return ", ".join(f"gang {g}: {len(b)}/{self.size[g]} bound" for g, b in self.bound.items())
+
+
+def partial_message(state: GangState, when: str) -> str:
+    """The failure line an SRE reads: which gang is partially bound, and where."""
+    parts = [f"gang {g} is partially bound ({len(state.bound[g])} of {state.size[g]} pods: "
+             f"{', '.join(sorted(state.bound[g])[:5])})" for g in state.partial()]
+    return f"{when}: " + "; ".join(parts)
+
+
+def wait_gangs_settled(api: client.ApiClient, gangs: list[Gang], complete: int, timeout: float,
+                       what: str) -> GangState:
+    """Wait until exactly ``complete`` gangs are fully bound and all others have nothing bound.
+
+    A gang is bound pod by pod after its quorum is reached, so a partial
+    state is normal for a moment; only one that outlasts ``timeout`` fails.
+    """
+    def settled(s: GangState) -> bool:
+        return not s.partial() and len(s.complete()) == complete
+    try:
+        return wait_for(lambda: GangState.read(api, gangs), until=settled, timeout=timeout,
+                        interval=0.5, what=what)
+    except AssertionError:
+        state = GangState.read(api, gangs)
+        if state.partial():
+            raise AssertionError(partial_message(state, f"{what}: not reached within {timeout:g} s"))
+        raise
+
+
+class explain_partial:
+    """Turn any failure inside the block into one that names the partially bound gangs.
+
+    Why: whatever wait runs out first (a plain pod that cannot bind, a gang
+    that never settles), the cause an SRE needs is the half-placed gang.
+    """
+
+    def __init__(self, api: client.ApiClient, gangs: list[Gang], when: str, holding: bool = False):
+        # holding: unbound gangs are suspected of reserving nodes (pods waiting at Permit)
+        self.api, self.gangs, self.when, self.holding = api, gangs, when, holding
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if kind is None or not issubclass(kind, AssertionError):
+            return False
+        state = GangState.read(self.api, self.gangs)
+        if state.partial():
+            raise AssertionError(partial_message(state, f"{self.when} ({str(exc).splitlines()[0]})")) from None
+        idle = state.empty()
+        if self.holding and idle:
+            raise AssertionError(f"{self.when}: gang {', '.join(idle)} has no pod bound yet keeps nodes "
+                                 f"from other pods (members waiting for their gang reserve nodes) "
+                                 f"({str(exc).splitlines()[0]})") from None
+        return False
+
+
+def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up_on_timeout: bool = False) -> float:
+    """Follow the gang's pods until all are bound; return that monotonic time.
+
+    An informer, not polling: at thousands of pods a LIST every half second
+    would cost more than the scheduler's work and blur the latency.
+    ``give_up_on_timeout``: end as soon as the scheduler rejects the gang for
+    its schedule timeout (it cannot be bound in this attempt) instead of
+    sitting out ``timeout``, and say so with what was measured.
+    """
+    members, bound, done_at = set(gang.pods), set(), []
+
+    def apply(kind: str, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        if name not in members:
+            return
+        if kind != "DELETED" and pod["spec"].get("nodeName"):
+            bound.add(name)
+        else:
+            bound.discard(name)
+        if len(bound) == len(members) and not done_at:
+            done_at.append(time.monotonic())
+
+    inf = Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
+                   apply, chunk_s=5).start()
+    timed_out: list[str] = []
+
+    def finished() -> bool:
+        inf.check()
+        if give_up_on_timeout and not done_at and not timed_out:
+            pods = {p["metadata"]["name"]: p for p in inf.snapshot()}
+            timed_out.extend(m for msgs in pod_events(api, gang.namespace, "FailedScheduling", pods).values()
+                             for m in msgs if TIMED_OUT in m)
+        return bool(done_at or timed_out)
+    try:
+        wait_for(finished, timeout=timeout, interval=5 if give_up_on_timeout else 0.5,
+                 what=f"gang {gang.name} bound completely")
+    except AssertionError:
+        pass
+    finally:
+        inf.stop()
+    if not done_at:
+        waited = time.monotonic() - gang.created_last_at
+        state = GangState.read(api, [gang])
+        why = (f"the scheduler rejected it for its schedule timeout ({timed_out[0][:160]}) {waited:.0f} s after its "
+               f"last pod was created, {len(state.bound[gang.name])} of {len(members)} pods bound"
+               if timed_out else f"not bound completely within {timeout:g} s")
+        raise AssertionError(partial_message(state, f"gang {gang.name}: {why}") if state.partial() else
+                             f"gang {gang.name}: none of {len(members)} pods bound; {why}")
+    return done_at[0]
+
+
+def watch_nothing_binds(api: client.ApiClient, ns: str, pods: list[str], seconds: float) -> dict[str, str]:
+    """Measurement: watch ``pods`` for ``seconds``; return those that got bound (should be none).
+
+    The window is the observation itself: it ends early only on a violation.
+    """
+    watched, bound = set(pods), {}
+
+    def apply(kind: str, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        if kind != "DELETED" and name in watched and pod["spec"].get("nodeName"):
+            bound[name] = pod["spec"]["nodeName"]
+    Informer(api, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": GANG_LABEL}, apply).watch_for(
+        seconds, lambda: bool(bound))
+    return bound
+
+
+def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
+    """Until the scheduler says a member of ``gang`` was rejected at Permit for its timeout."""
+    members = list_pods(api, gang.namespace, f"{GANG_LABEL}={gang.name}")
+    wait_for(lambda: [m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
+                      for m in msgs if TIMED_OUT in m],
+             timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
+                                               f"(a FailedScheduling event '{TIMED_OUT}')")
+
+
+def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:
+    def unbound():
+        b = bindings(api, ns, RUN_LABEL)
+        return {n: b.get(n) for n in names}
+    return wait_for(unbound, until=lambda m: all(m.values()), timeout=timeout, interval=0.5, what=what)
+
+
+def probe_scheduler(api: client.ApiClient, ns: str, run_id: str, scheduler: str, place: Placement,
+                    timeout: float) -> None:
+    """Fail with one line unless a scheduler answers to ``scheduler`` (a probe pod gets bound)."""
+    name = "scheduler-probe"
+    create_pods(api, ns, [pod_body(name, run_id, scheduler=scheduler, node_selector=place.node_selector,
+                                   tolerations=place.tolerations)])
+    try:
+        wait_pods_bound(api, ns, [name], timeout, f"probe pod bound by {scheduler}")
+    except AssertionError:
+        raise HarnessError(f"no scheduler named {scheduler!r} is running: a probe pod was not bound "
+                           f"within {timeout:g} s; start it, or set gang_scheduler_name to the "
+                           "scheduler that runs Coscheduling") from None
+    finally:
+        delete_pods(api, ns, [name])
+
+
+def usable_nodes(api: client.ApiClient, pool_label: str, exclude_pools: tuple[str, ...],
+                 gpus: int, free_only: bool = True) -> int:
+    """Ready nodes in the profile's pools (minus ``exclude_pools``), with all GPUs free if ``free_only``."""
+    nodes = list_raw(api, "/api/v1/nodes", {"labelSelector": pool_label}, timeout=300)["items"]
+    busy = set()
+    pods = [] if not free_only else list_raw(
+        api, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}, timeout=300)["items"]
+    for p in pods:
+        if p["spec"].get("nodeName") and any(
+                (c.get("resources", {}).get("requests") or {}).get("nvidia.com/gpu")
+                for c in p["spec"].get("containers", [])):
+            busy.add(p["spec"]["nodeName"])
+    return sum(1 for n in nodes
+               if n["metadata"]["labels"].get(pool_label) not in exclude_pools
+               and is_ready(n) and n["metadata"]["name"] not in busy
+               and int(n["status"].get("allocatable", {}).get("nvidia.com/gpu", "0")) >= gpus)
+
+
+def leftovers(api: client.ApiClient, run_id: str) -> dict[str, int]:
+    """Pods and PodGroups/Workloads of ``run_id`` still present (for cleanup checks)."""
+    sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
+    out = {"pods": len(list_raw(api, "/api/v1/pods", sel)["items"])}
+    for kind, path in (("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"),
+                       ("workloads", f"/apis/{WORKLOAD_GV}/workloads")):
+        found = get_if_present(api, path, sel)
+        if found is not None:
+            out[kind] = len(found["items"])
+    return out

@@ -1,0 +1,168 @@
+"""Where pods landed, and what the scheduler said about the ones that did not.
+
+Why a module: the taint suite checks behaviour on placement and on the
+scheduler's own verdicts -- never on the text of a policy. Here live the
+readings: nodes with their pool and taints, which nodes are busy, a pod's
+FailedScheduling verdicts (by uid), waiting until every pod is bound or
+refused, watching a window in which nothing may happen, and the per-team
+placement table the report shows.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.client import list_raw
+from clusterproof.cluster.nodes import is_ready
+from clusterproof.kube.pods import list_pods, pod_events
+from clusterproof.core.run import SCRATCH_LABEL
+from clusterproof.core.waiting import wait_for
+
+# The scheduler's FailedScheduling message since 1.34 no longer names the
+# taint ("0/100 nodes are available: 42 node(s) had untolerated taint(s), ...").
+UNTOLERATED = re.compile(r"(\d+) node\(s\) had untolerated taint")
+NO_TEAM, LOW = "no team", "low priority"
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    pool: str
+    taints: list[dict]
+    ready: bool
+    unschedulable: bool
+
+    def has_taint(self, key: str, value: str | None = None, effect: str | None = None) -> bool:
+        return any(t["key"] == key and (value is None or t.get("value", "") == value)
+                   and (effect is None or t["effect"] == effect) for t in self.taints)
+
+    def taint_text(self) -> str:
+        return ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in self.taints) or "none"
+
+
+def read_nodes(api: client.ApiClient, pool_label: str) -> dict[str, NodeInfo]:
+    """Every node: its pool (label value, 'scratch' or '(no pool)'), taints, readiness."""
+    out = {}
+    for n in list_raw(api, "/api/v1/nodes", timeout=300)["items"]:
+        labels = n["metadata"].get("labels") or {}
+        pool = labels.get(pool_label) or ("scratch" if SCRATCH_LABEL in labels else "(no pool)")
+        out[n["metadata"]["name"]] = NodeInfo(n["metadata"]["name"], pool, n["spec"].get("taints") or [],
+                                              is_ready(n), bool(n["spec"].get("unschedulable")))
+    return out
+
+
+def busy_nodes(api: client.ApiClient) -> Counter:
+    """Pods per node, for every pod that is not finished (any namespace)."""
+    items = list_raw(api, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+                     timeout=300)["items"]
+    return Counter(p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName"))
+
+
+def untolerated_count(messages: list[str]) -> int | None:
+    """The largest 'N node(s) had untolerated taint(s)' in a pod's FailedScheduling messages."""
+    counts = [int(m.group(1)) for msg in messages for m in UNTOLERATED.finditer(msg)]
+    return max(counts) if counts else None
+
+
+def wait_settled(api: client.ApiClient, ns: str, pods: dict[str, dict], timeout: float, what: str,
+                 bound: set | None = None, nodes_of=None) -> tuple[dict[str, str | None], dict[str, list[str]]]:
+    """Wait until each pod is bound or has a FailedScheduling event; return ({pod: node}, events).
+
+    ``pods``: name -> pod as created (its uid identifies its events).
+    ``bound``: names that must get a node (the others may stay Pending).
+    ``nodes_of``: where pods are, if the caller already follows them with a
+    watch (default: one LIST per poll). A Pending pod with its event is a
+    verdict the scheduler has given; waiting longer would only measure its
+    retry period.
+    """
+    need_bound, names = bound or set(), sorted(pods)
+    if nodes_of is None:
+        def nodes_of():
+            return {n: p["spec"].get("nodeName") for n, p in list_pods(api, ns).items()}
+
+    def probe():
+        where, ev = nodes_of(), pod_events(api, ns, "FailedScheduling", pods)
+        open_ = [n for n in names if not (where.get(n) or (n not in need_bound and n in ev))]
+        return where, ev, open_
+    try:
+        # Each poll lists the namespace's FailedScheduling events: at thousands of pods, poll less often
+        # so the harness does not compete with the scheduler it is waiting for.
+        interval = 0.5 if len(names) < 200 else 3.0
+        where, ev, _ = wait_for(probe, until=lambda s: not s[2], timeout=timeout, interval=interval, what=what)
+    except AssertionError:
+        where, ev, open_ = probe()
+        raise AssertionError(f"{what}: not reached within {timeout:g} s; unsettled: "
+                             + "; ".join(f"pod {ns}/{n}: " + (("not bound; last event: " + ev[n][-1])
+                                                             if n in ev else "neither bound nor any "
+                                                             "FailedScheduling event")
+                                         for n in open_[:10])) from None
+    return {n: where.get(n) for n in names}, ev
+
+
+def watch_for_changes(api: client.ApiClient, label_selector: str, seconds: float, bad) -> dict[str, str]:
+    """Measurement: watch the pods matching ``label_selector`` (all namespaces) for ``seconds``;
+    return {namespace/pod: what happened} for every event that ``bad(kind, pod)`` names (it
+    returns a string or None). Ends early on the first one."""
+    found: dict[str, str] = {}
+
+    def apply(kind: str, pod: dict) -> None:
+        why = bad(kind, pod)
+        if why:
+            found[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = why
+    Informer(api, "/api/v1/pods", {"labelSelector": label_selector}, apply).watch_for(seconds, lambda: bool(found))
+    return found
+
+
+# --- the placement table ---------------------------------------------------------------
+
+def placement_counts(pod_list: list[dict], pool_of: dict[str, str], team_of_ns: dict[str, str],
+                     low_class: str) -> dict[str, Counter]:
+    """{row: Counter(column)}: rows are teams, 'no team' and 'low priority'; columns are
+    node pools, or 'Pending' for pods without a node."""
+    out: dict[str, Counter] = {}
+    for p in pod_list:
+        if p["spec"].get("priorityClassName") == low_class:
+            row = LOW
+        else:
+            row = team_of_ns.get(p["metadata"]["namespace"], NO_TEAM)
+        node = p["spec"].get("nodeName")
+        col = pool_of.get(node, "(unknown node)") if node else "Pending"
+        out.setdefault(row, Counter())[col] += 1
+    return out
+
+
+def _columns(counts: dict[str, Counter], pools: list[str]) -> list[str]:
+    seen = {c for row in counts.values() for c in row}
+    extra = sorted(seen - set(pools) - {"Pending"})
+    return [p for p in pools if p in seen] + extra + (["Pending"] if "Pending" in seen else [])
+
+
+def _rows(counts: dict[str, Counter], teams: list[str]) -> list[str]:
+    order = [*teams, NO_TEAM, LOW]
+    return [r for r in order if r in counts] + sorted(set(counts) - set(order))
+
+
+def render_placement(counts: dict[str, Counter], pools: list[str], teams: list[str]) -> str:
+    """A markdown table: pods per team (rows) per node pool (columns)."""
+    cols = _columns(counts, pools)
+    lines = ["| pods of \\ on pool | " + " | ".join(cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    for r in _rows(counts, teams):
+        lines.append(f"| {r} | " + " | ".join(str(counts[r].get(c, 0)) for c in cols) + " |")
+    return "\n".join(lines) if counts else "(no pods)"
+
+
+def placement_csv(counts: dict[str, Counter], pools: list[str], teams: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = _columns(counts, pools)
+    w.writerow(["team", *cols])
+    for r in _rows(counts, teams):
+        w.writerow([r, *(counts[r].get(c, 0) for c in cols)])
+    return buf.getvalue()

@@ -1,0 +1,139 @@
+"""The run's Prometheus: embedded (started, backfilled, removed) or existing (``--prometheus-url``).
+
+Why one fixture: suites ask for ``prometheus`` and get a ``PromTarget``
+whatever is behind it, as they get ``cluster``.
+
+- embedded (default): a Prometheus started on loopback by the harness only
+  when a collected check asks for it (a session fixture is made on first
+  use), with the profile's limits, scraping the cluster, over a backfilled
+  history of ``prometheus_backfill_nodes`` nodes (``clusterproof.prometheus.history``);
+  stopped and its directory removed at the end of the run, also after
+  Ctrl-C (inside the embedded cluster's directory, so a killed run's is
+  swept with its cluster).
+- existing (``--prometheus-url``, ``--prometheus-token-file``,
+  ``--prometheus-ca-file``): read-only by default. Checks that send the
+  seed's heavy queries carry the marker ``heavy_query``; against an existing
+  Prometheus they are destructive (shared state) and skipped without
+  ``--allow-destructive``. An unreachable URL, an endpoint that is not a
+  Prometheus and refused credentials end the run before any test with one
+  line, exit 4.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from clusterproof.prometheus import history as prom_history
+from clusterproof.core import redact
+from clusterproof.core.errors import HarnessError
+from clusterproof.prometheus.history import History, Shape
+from clusterproof.prometheus.client import Prom, check_reachable, duration_s
+from clusterproof.prometheus.server import Limits, PromServer, own_directory, scrape_job_from_api, scrape_jobs_from_kwok
+from clusterproof.core.waiting import wait_for
+
+HEAVY = "heavy_query"
+
+
+@dataclass
+class PromTarget:
+    kind: str                       # "embedded" or "existing"
+    prom: Prom
+    limits: Limits                  # what the profile says the Prometheus must enforce
+    server: PromServer | None = None
+    history: History | None = None
+    version: str = ""
+    scrape_interval_s: float | None = None
+
+    @property
+    def timeout_s(self) -> float:
+        return duration_s(self.limits.query_timeout)
+
+
+def shape_of(profile) -> Shape:
+    return Shape(profile.prometheus_backfill_nodes or profile.nodes, profile.node_gpus,
+                 profile.prometheus_backfill_minutes, profile.prometheus_backfill_interval_s)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    opt = config.option
+    url = getattr(opt, "prometheus_url", None)
+    if not url:
+        if getattr(opt, "prometheus_token_file", None) or getattr(opt, "prometheus_ca_file", None):
+            raise pytest.UsageError("clusterproof: --prometheus-token-file/--prometheus-ca-file need "
+                                    "--prometheus-url (the Prometheus they belong to)")
+        return
+    if opt.collectonly:
+        return
+    try:
+        check_reachable(Prom(url, opt.prometheus_token_file, opt.prometheus_ca_file))
+    except HarnessError as e:
+        raise pytest.UsageError(f"clusterproof: {e}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against an existing Prometheus, the heavy queries are destructive: opt-in only."""
+    url = getattr(config.option, "prometheus_url", None)
+    if not url:
+        return
+    skip = pytest.mark.skip(reason=f"sends the seed's pathological queries to the Prometheus at {redact.url(url)}, "
+                                   "which others use: pass --allow-destructive to run it")
+    for item in items:
+        if item.get_closest_marker(HEAVY):
+            item.add_marker(pytest.mark.destructive)
+            if not config.option.allow_destructive:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def prometheus(pytestconfig, cluster, profile, run_id, say):
+    """The Prometheus under test (see module doc); torn down even after Ctrl-C."""
+    opt = pytestconfig.option
+    limits = Limits.of(profile)
+    if opt.prometheus_url:
+        prom = Prom(opt.prometheus_url, opt.prometheus_token_file, opt.prometheus_ca_file)
+        yield PromTarget("existing", prom, limits, version=check_reachable(prom).get("version", "?"))
+        return
+    # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up (cluster.sweep_local).
+    server = directory = None
+    try:
+        if cluster.kwok is not None:
+            directory = cluster.kwok.directory / "prometheus"
+            directory.mkdir(parents=True, exist_ok=True)
+            jobs = scrape_jobs_from_kwok(cluster.kwok.directory)
+        else:
+            directory = own_directory(run_id)
+            jobs = scrape_job_from_api(cluster.api, directory)
+        history = prom_history.build(shape_of(profile), say)
+        server = PromServer(directory, limits, jobs, profile.prometheus_scrape_interval_s)
+        prom_history.link_into(history, server.data_dir)
+        t0 = time.monotonic()
+        server.start()
+        prom = server.client()
+        wait_scraped(prom, [j["job_name"] for j in jobs], timeout=3 * profile.prometheus_scrape_interval_s + 30)
+        say(f"embedded Prometheus {prom.buildinfo().get('version', '?')} at {server.url} "
+            f"({' '.join(limits.flags())}, GOMAXPROCS {limits.gomaxprocs or 'all'}), ready in "
+            f"{time.monotonic() - t0:.1f} s over a {history.shape.nodes}-node history "
+            f"({history.series:,} series; {'cached' if history.cached else f'built in {history.build_s:.0f} s'})")
+        yield PromTarget("embedded", prom, limits, server, history, prom.buildinfo().get("version", "?"),
+                         profile.prometheus_scrape_interval_s)
+    finally:
+        if server is not None:
+            server.remove()
+        elif directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def wait_scraped(prom: Prom, jobs: list[str], timeout: float) -> None:
+    """Every job's target has been scraped successfully at least once (else: which one, and why)."""
+    def down() -> list[str]:
+        a = prom.get("/api/v1/targets", {"state": "active"}, wait_s=10)
+        targets = (a.data or {}).get("activeTargets", []) if a.ok else []
+        health = {t["labels"].get("job"): (t.get("health"), t.get("lastError", "")) for t in targets}
+        return [f"{j} ({health.get(j, ('missing', ''))[0]}: {health.get(j, ('', ''))[1] or 'no scrape yet'})"
+                for j in jobs if health.get(j, ("",))[0] != "up"]
+    wait_for(down, until=lambda d: not d, timeout=timeout, interval=0.5,
+             what="the embedded Prometheus scraped every component")

@@ -1,0 +1,254 @@
+"""Allure plumbing: run environment, simulated/real tags, and cluster state on failure.
+
+Why a plugin: tests assert, the report explains. An SRE reading the report
+the next morning needs to know what ran where (simulated kwok nodes or real
+hardware, versions, profile, run id) and, for a failure, the events and a
+cluster summary -- without anyone adding report code to a test body.
+Nothing here may mask a test result: report errors are swallowed and noted.
+"""
+from __future__ import annotations
+
+import html
+import inspect
+import json
+from collections import Counter
+from pathlib import Path
+
+import allure
+import pytest
+from kubernetes import client
+
+from clusterproof.cluster import toolchain
+from clusterproof.kube.client import list_all, list_raw
+from clusterproof.cluster.nodes import has_ready_condition
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.report.stash import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
+
+RESULTS_DIR = Path.cwd() / "reports" / "allure-results"
+# How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
+# messageRegex match (the regex must match the whole status message, which allure-pytest writes as
+# "Failed: <message>" for pytest.fail and "AssertionError: <message>" for an assert), so each category
+# excludes the ones above it: a result lands in exactly one (``categories`` mirrors it; self-tested).
+_CONTROL_PLANE = "(?:this module broke the control plane|the control plane was already broken)"
+_HARNESS = "(?:Failed: )?clusterproof: "
+_SLO = ".*SLO.*broken"
+_REGRESSION = ".*(?:regressed beyond tolerance|check\\(s\\) now failing)"
+_NOT_CP = f"(?!.*{_CONTROL_PLANE})"
+CATEGORIES = [
+    {"name": "Control plane broken (a module broke it, or it was broken before)",
+     "matchedStatuses": ["failed", "broken"],
+     "messageRegex": f"(?s).*{_CONTROL_PLANE}.*"},
+    {"name": "Harness or environment error", "matchedStatuses": ["broken"], "messageRegex": f"(?s){_NOT_CP}.*"},
+    {"name": "Harness or environment error", "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}{_HARNESS}.*"},
+    {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS}){_SLO}.*"},
+    {"name": "Known upstream limitation (strict expected failure)", "matchedStatuses": ["skipped"],
+     "messageRegex": "(?s)XFAIL.*"},
+    {"name": "Regression against the baseline (--baseline: a figure or a check got worse)",
+     "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS})(?!{_SLO}){_REGRESSION}.*"},
+    {"name": "Cluster defect", "matchedStatuses": ["failed"],
+     "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS})(?!{_SLO})(?!{_REGRESSION}).*"},
+]
+
+
+def categories(status: str, message: str | None) -> list[str]:
+    """The categories Allure gives a result (all that match, as its CategoriesPlugin does)."""
+    import re
+    return [c["name"] for c in CATEGORIES if status in c["matchedStatuses"]
+            and ("messageRegex" not in c or (message is not None and re.fullmatch(c["messageRegex"], message)))]
+
+
+def _cluster(item: pytest.Item):
+    return item.config.stash.get(CLUSTER, None)
+
+
+# Words a test name spells in lower case that a sentence spells otherwise.
+_SPELLED = {"api": "API", "apis": "APIs", "slo": "SLO", "slos": "SLOs", "gpu": "GPU", "gpus": "GPUs",
+            "apf": "APF", "xid": "XID", "nvml": "NVML", "pdb": "PDB", "pdbs": "PDBs", "ecc": "ECC",
+            "pcie": "PCIe", "nvlink": "NVLink", "p99": "p99", "5xx": "5xx", "ip": "IP", "ips": "IPs",
+            "promql": "PromQL", "prometheus": "Prometheus", "endpointslice": "EndpointSlice",
+            "endpointslices": "EndpointSlices", "noexecute": "NoExecute", "noschedule": "NoSchedule",
+            "kubelet": "kubelet", "wal": "WAL", "rss": "RSS", "json": "JSON"}
+
+
+def sentence(item) -> str:
+    """A check's title as a sentence: test_gang_is_bound_all_together[native] -> 'Gang is bound all together (native)'."""
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    words = " ".join(_SPELLED.get(w, w) for w in name.removeprefix("test_").split("_"))
+    param = item.name[len(name):].strip("[]") if "[" in item.name else ""
+    return words[:1].upper() + words[1:] + (f" ({param})" if param else "")
+
+
+def description(item) -> str:
+    """What the check proves: its own docstring, if any, then its suite's module docstring."""
+    parts = [inspect.cleandoc(d) for d in (getattr(getattr(item, "function", None), "__doc__", None),
+                                          getattr(item.module, "__doc__", None)) if d]
+    return "\n\n".join(parts)
+
+
+def as_html(text: str) -> str:
+    """A docstring as readable HTML: paragraphs flowed, ``- `` lines as a list, ``code`` as code."""
+    out = []
+    for para in text.split("\n\n"):
+        if not para.strip():
+            continue
+        lines = para.splitlines()
+        items, current = [], None
+        for ln in lines:
+            if ln.lstrip().startswith("- "):
+                current = [ln.lstrip()[2:]]
+                items.append(current)
+            elif current is not None:
+                current.append(ln.strip())
+            else:
+                items.append(ln.strip())
+        text_parts = [x for x in items if isinstance(x, str)]
+        if text_parts:
+            out.append(f'<p style="margin: 0 0 0.6em 0">{_inline(" ".join(text_parts))}</p>')
+        bullets = [x for x in items if isinstance(x, list)]
+        if bullets:
+            # Allure's stylesheet resets list styles: the bullets are asked for inline.
+            out.append('<ul style="list-style: disc; padding-left: 1.5em; margin: 0.3em 0">'
+                       + "".join(f"<li>{_inline(' '.join(b))}</li>" for b in bullets) + "</ul>")
+    return "\n".join(out)
+
+
+def _inline(text: str) -> str:
+    parts = html.escape(text).split("``")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=",
+             better: str | None = None, headline: bool = False) -> None:
+    """A figure a check measured, shown on the check's own page (passed or failed) with its threshold,
+    and kept in the run's summary (``clusterproof.report.summary``: ``better`` -- lower, higher or none -- defaults
+    to the threshold's direction or the unit's; ``headline`` figures are also printed at the end)."""
+    from clusterproof.report import summary# a plugin of its own: imported here, not before pytest registers it
+    summary.record(name, value, unit, threshold, op, better, headline)
+    shown = "n/a" if value is None else f"{value:.3g} {unit}"
+    if threshold is not None:
+        shown += f" (threshold {op} {threshold:g} {unit})"
+    allure.dynamic.parameter(name, shown)
+
+
+@pytest.fixture(autouse=True)
+def _allure_labels(request):
+    """Tags of every check (a reader filters on them); titles and descriptions: see makereport."""
+    if "cluster" in request.fixturenames:
+        c = request.getfixturevalue("cluster")
+        allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
+        allure.dynamic.tag(f"backend:{c.backend}")
+        if request.node.get_closest_marker("destructive") and not c.simulated:
+            allure.dynamic.tag("changed-shared-state")  # ran with --allow-destructive
+        real = len(c.real.nodes) if getattr(c, "real", None) is not None else 0
+        kind = c.backend + (f" + {real} real node{'s' if real > 1 else ''}" if real else "")
+        allure.dynamic.parent_suite(f"{kind} / profile {c.profile.name}")
+    elif request.node.path.parent.name == "suites":   # a check of this machine (no cluster): not a lone "suites"
+        profile = request.config.stash.get(PROFILE, None)
+        allure.dynamic.parent_suite("this machine" + (f" / profile {profile.name}" if profile else ""))
+    yield
+
+
+def plain_failure(excinfo) -> None:
+    """A suite's failed assertion reads as its own sentence: pytest's introspection of the
+    expression (``assert not [Latency(...), ...]``) is cut from the message the report shows
+    (the full traceback keeps it)."""
+    err = excinfo.value if excinfo else None
+    if isinstance(err, AssertionError) and err.args and isinstance(err.args[0], str):
+        msg, sep, _ = err.args[0].partition("\nassert ")
+        if sep and msg.strip():
+            err.args = (msg,) + err.args[1:]
+
+
+# trylast: the innermost wrapper, so this runs before allure-pytest reads the outcome.
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_makereport(item, call):
+    if call.excinfo is not None and item.nodeid.startswith("suites/"):
+        plain_failure(call.excinfo)
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "setup":
+        # After allure-pytest has named the result (it overwrites what set-up fixtures set), and
+        # also for a check whose set-up failed.
+        allure.dynamic.title(sentence(item))
+        # The pytest id, for a reader (or a self-test) who wants the check behind a sentence title.
+        allure.dynamic.label("pytest.id", item.name)
+        doc = description(item)
+        if doc:
+            allure.dynamic.description_html(as_html(doc))
+    if rep.when != "call" or not rep.failed:
+        return
+    c = _cluster(item)
+    if c is None:
+        return
+    try:
+        allure.attach(cluster_summary(c.api, c.profile.pool_label, names=c.simulated), "cluster summary",
+                      allure.attachment_type.TEXT)
+        allure.attach(run_events(c.api, c.run_id), "events in this run's namespaces", allure.attachment_type.TEXT)
+    except Exception as e:  # the report must never hide the real failure
+        allure.attach(f"could not gather cluster state: {e}", "cluster state error",
+                      allure.attachment_type.TEXT)
+
+
+def cluster_summary(api: client.ApiClient, pool_label: str, names: bool) -> str:
+    """Nodes per pool and readiness: a table, not 7,500 lines. Node names (of those not Ready)
+    only on a simulated cluster: on a shared one the harness reports counts, not other tenants' nodes."""
+    rows: Counter = Counter()
+    not_ready = []
+    for n in list_all(api, "/api/v1/nodes"):
+        pool = (n["metadata"].get("labels") or {}).get(pool_label, "(no pool label)")
+        ready = has_ready_condition(n)
+        rows[(pool, ready)] += 1
+        if not ready and len(not_ready) < 50:
+            not_ready.append(n["metadata"]["name"])
+    lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
+    for pool in sorted({p for p, _ in rows}):
+        lines.append(f"{pool:30} {rows[(pool, True)]:>7} {rows[(pool, False)]:>10}")
+    if not_ready and names:
+        lines.append("not ready (first 50): " + ", ".join(not_ready))
+    return "\n".join(lines)
+
+
+def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
+    """The newest events in the namespaces this run created -- never another tenant's."""
+    events = []
+    for ns in list_raw(api, "/api/v1/namespaces", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]:
+        events += list_raw(api, f"/api/v1/namespaces/{ns['metadata']['name']}/events")["items"]
+    when = lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""  # noqa: E731
+    events.sort(key=when)
+    return "\n".join(
+        f"{when(e)} {e.get('type', ''):7} {e.get('reason', ''):24} {e['metadata']['namespace']} "
+        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: {e.get('message') or e.get('note')}"
+        for e in events[-limit:]) or "(no events)"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write Allure's environment.properties: versions, profile, hardware, run id."""
+    alluredir = session.config.getoption("allure_report_dir", None)
+    if not alluredir:
+        return
+    stash = session.config.stash
+    env = {"run.id": stash.get(RUN_ID, "?"),
+           "kubernetes.toolchain": toolchain.KUBERNETES_VERSION,
+           "kwok.toolchain": toolchain.KWOK_VERSION,
+           "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION,
+           "prometheus.toolchain": toolchain.prometheus_release()}
+    env["allow.destructive"] = str(bool(session.config.getoption("allow_destructive", False))).lower()
+    profile = stash.get(PROFILE, None)
+    if profile is not None:
+        env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})
+    c = stash.get(CLUSTER, None)
+    path = Path(alluredir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "categories.json").write_text(json.dumps(CATEGORIES, indent=2))
+    if c is None:
+        if (path / "environment.properties").exists():
+            return  # a run without a cluster must not hide the one that had one
+        env["hardware"] = "no cluster used"
+    else:
+        env.update(c.describe())
+    env.update(stash.get(EXTRA_ENV, {}))   # what suites add (e.g. which GPUs the preflight checks used)
+    (path / "environment.properties").write_text(
+        "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    (path / "clusterproof-run.json").write_text(json.dumps(env, indent=2))
