@@ -39,7 +39,7 @@ import allure
 import pytest
 
 from clusterproof.burst.measure import attach
-from clusterproof.report.stash import PROFILE
+from clusterproof.fixtures import PROFILE
 from clusterproof.core.stats import percentile
 from clusterproof.burst.plan import burst as burst_phase
 from clusterproof.burst.plan import job_bound_s

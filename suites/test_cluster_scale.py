@@ -21,7 +21,7 @@ from kubernetes.utils import parse_quantity
 from clusterproof.cluster import apimetrics
 from clusterproof.cluster.nodes import LIFECYCLE_TAINTS, is_ready, node_name
 from clusterproof.cluster.node_plan import node_plan
-from clusterproof.report.stash import PROFILE
+from clusterproof.fixtures import PROFILE
 from clusterproof.kube.client import list_raw
 
 SHOW = 10  # offenders named in a failure message; the rest are counted

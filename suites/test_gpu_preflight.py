@@ -56,7 +56,7 @@ from clusterproof.kube.pods import list_pods
 from clusterproof.preflight.run import WAIT_LABEL, remove_waiting_workloads
 from clusterproof.preflight.contract import evictable, is_workload
 from clusterproof.preflight.phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
-from clusterproof.report.stash import EXTRA_ENV
+from clusterproof.fixtures import EXTRA_ENV
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.report.plots import Figure, Series

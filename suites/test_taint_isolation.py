@@ -47,7 +47,7 @@ from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.taints.node_taints import NotIdle, borrow_idle_node, create_scratch_nodes
 from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.report.stash import PROFILE
+from clusterproof.fixtures import PROFILE
 from clusterproof.core.waiting import wait_for
 
 SHOW = 10  # offenders named in one failure message; the rest are counted

@@ -223,7 +223,7 @@ def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped)
     import types
 
     from clusterproof.cluster import session
-    from clusterproof.report.stash import REAL_HARDWARE
+    from clusterproof.fixtures import REAL_HARDWARE
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
                                    option=types.SimpleNamespace(allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
@@ -264,7 +264,7 @@ def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(mon
     import types
     from collections import defaultdict
 
-    from clusterproof.report.stash import BRINGUP_S
+    from clusterproof.fixtures import BRINGUP_S
     from clusterproof.report import timing
     config = types.SimpleNamespace(stash={BRINGUP_S: 100.0})
     for name, value in (("_durations", defaultdict(float)), ("_tests", defaultdict(int)), ("_bringup", [0.0]),

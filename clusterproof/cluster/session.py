@@ -41,7 +41,7 @@ from clusterproof.kube.client import api_message, check_reachable, is_simulated,
 from clusterproof.kube.liveness import LIVENESS_EXIT
 from clusterproof.config.profile import load_profile
 from clusterproof.core.run import RUN_ID, new_run_id
-from clusterproof.report.stash import BRINGUP_S, CALLS, CLUSTER, MANIFEST, PROFILE, REAL_HARDWARE, RUN_ID as RUN_ID_KEY
+from clusterproof.fixtures import BRINGUP_S, CALLS, CLUSTER, MANIFEST, PROFILE, REAL_HARDWARE, RUN_ID as RUN_ID_KEY
 
 _interrupted = False
 

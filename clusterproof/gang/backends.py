@@ -26,7 +26,7 @@ from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
 from clusterproof.kube.client import get_if_present, server_url
 from clusterproof.taints.node_taints import create_scratch_nodes
-from clusterproof.report.stash import PROFILE
+from clusterproof.fixtures import PROFILE
 
 
 

@@ -46,7 +46,7 @@ from clusterproof.preflight.watch import ContractWatch
 from clusterproof.core.processes import (elsewhere_note, own_session_dying_with_parent, owner_alive, owner_elsewhere,
                                 owner_record, stop_group)
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from clusterproof.report.stash import EXTRA_ENV
+from clusterproof.fixtures import EXTRA_ENV
 
 from clusterproof import IMPORT_ROOT as ROOT
 EVENTS_NAMESPACE = "default"         # where Events about (cluster-scoped) nodes live

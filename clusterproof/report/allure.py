@@ -22,7 +22,7 @@ from clusterproof.cluster import toolchain
 from clusterproof.kube.client import list_all, list_raw
 from clusterproof.cluster.nodes import has_ready_condition
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.report.stash import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
+from clusterproof.fixtures import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
 
 RESULTS_DIR = Path.cwd() / "reports" / "allure-results"
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and

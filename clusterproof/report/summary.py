@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.report.stash import CLUSTER, PROFILE, RUN_ID
+from clusterproof.fixtures import CLUSTER, PROFILE, RUN_ID
 from clusterproof.report import compare
 from clusterproof.report import timing
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.report.stash import BRINGUP_S, PROFILE
+from clusterproof.fixtures import BRINGUP_S, PROFILE
 
 BRINGUP = "embedded cluster bring-up"
 _durations: dict[str, float] = defaultdict(float)
