@@ -62,7 +62,7 @@ TO   ?= v1.35.4
 upgrade-check: setup
 	rm -rf $(RESULTS)
 	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
-	$(PY) -m clusterproof.report.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
+	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
 
 # The GitHub Actions workflows, checked by actionlint (built from the module proxy; also a self-test).
 lint-workflows: $(VENV)/.installed

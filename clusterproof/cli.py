@@ -21,7 +21,7 @@ from pathlib import Path
 
 JOBS = {
     "compare": "clusterproof.report.compare",
-    "upgrade": "clusterproof.report.upgrade",
+    "upgrade": "clusterproof.cluster.upgrade",
     "sweep": "clusterproof.cluster.kwok",
     "toolchain": "clusterproof.cluster.toolchain",
     "prom-history": "clusterproof.prometheus.history",

@@ -51,7 +51,6 @@ from clusterproof.apf.joinstorm import MODES as JOIN_MODES, comparison
 from clusterproof.apf.overload import plots
 from clusterproof.core.stats import percentile
 from clusterproof.apf.flood_plan import pod_names
-from clusterproof.report.allure import measured
 
 SHOW = 8
 
@@ -64,18 +63,18 @@ def _names(xs, n: int = SHOW) -> str:
 # --- read-only: the cluster's APF objects and where its system traffic goes ---------------------
 
 @pytest.mark.smoke
-def test_apf_objects_meet_the_profile_expectations(cluster, apf_config, profile, run_id):
+def test_apf_objects_meet_the_profile_expectations(cluster, apf_config, profile, run_id, figures):
     problems = apf.expectation_problems(apf_config, profile.apf_node_flow_schema, profile.apf_controller_flow_schemas,
                                         f"cp-{run_id[-4:]}-flood", "clusterproof-load", profile.apf_max_queue_depth)
     allure.attach("\n".join(f"{f['spec'].get('matchingPrecedence')}: {f['metadata']['name']} -> "
                             f"{apf_config.level_of(f)}" for f in apf_config.flow_schemas),
                   "FlowSchemas by matching precedence", allure.attachment_type.TEXT)
-    measured("expectations not met", len(problems), "", 0)
+    figures.add("expectations not met", len(problems), "", 0)
     assert not problems, "the cluster's API Priority and Fairness objects do not match the profile: " + "; ".join(problems)
 
 
 @pytest.mark.smoke
-def test_system_components_are_classified_into_their_own_flow_schemas(cluster, apf_config, profile):
+def test_system_components_are_classified_into_their_own_flow_schemas(cluster, apf_config, profile, figures):
     """The apiserver's own counters (since it started) show node, scheduler and controller traffic in the
     flow schemas the profile names -- not in ``exempt``."""
     counts = apf.dispatched(apf.scrape(cluster.api))
@@ -87,7 +86,7 @@ def test_system_components_are_classified_into_their_own_flow_schemas(cluster, a
     idle = []
     for fs in [profile.apf_node_flow_schema, *profile.apf_controller_flow_schemas]:
         n = sum(x for _, x in by_fs.get(fs, []))
-        measured(f"requests dispatched by {fs}", n, "", 1, ">=")
+        figures.add(f"requests dispatched by {fs}", n, "", 1, ">=")
         if n == 0:
             owner = next((i for i in IDENTITIES if fs in i.flow_schemas), None)
             who = f" ({owner.component}, user {owner.user})" if owner and cluster.kwok is not None else ""
@@ -116,7 +115,7 @@ def _unprotected(run, flow_name: str) -> str | None:
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_overload_is_shed_with_429_and_retry_after(flood, profile):
+def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
     run = flood
     for fig in plots(run, profile):
         fig.attach()
@@ -132,10 +131,10 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile):
     ours = sum(v for (fs, pl, _r), v in rejected.items() if pl == run.flow.level)
     others = {f"{fs} -> {pl} ({reason})": int(v) for (fs, pl, reason), v in rejected.items() if pl != run.flow.level}
     errors5 = run.server_errors()
-    measured("429 responses to the flood", r429, "", 1, ">=")
-    measured("429s without Retry-After", no_retry_after, "", 0)
-    measured("rejections of other levels", sum(others.values()), "", 0)
-    measured("5xx responses (apiserver, all flows)", sum(errors5.values()), "", 0)
+    figures.add("429 responses to the flood", r429, "", 1, ">=")
+    figures.add("429s without Retry-After", no_retry_after, "", 0)
+    figures.add("rejections of other levels", sum(others.values()), "", 0)
+    figures.add("5xx responses (apiserver, all flows)", sum(errors5.values()), "", 0)
     level = f"PriorityLevel {run.flow.level} ({run.flow.level_type}; FlowSchema {run.flow.schema})"
     assert r429 > 0 and ours > 0, (
         f"the flood was not shed: {total} requests from {profile.apf_flood_users} users over "
@@ -154,7 +153,7 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile):
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile):
+def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile, figures):
     run = flood
     node = next((f for f in run.config.flow_schemas if f["metadata"]["name"] == profile.apf_node_flow_schema), None)
     flow = f"node heartbeats ({profile.apf_node_flow_schema} -> {run.config.level_of(node) if node else '?'})"
@@ -164,11 +163,11 @@ def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile):
     during = [s for s in run.leases if run.phases.flood <= s.t <= run.phases.end]
     worst = max(during, key=lambda s: s.late_s, default=None)
     renewed = sum(s.renewed for s in during)
-    measured("most overdue node lease renewal during the flood", worst.late_s if worst else None, "s", slack)
+    figures.add("most overdue node lease renewal during the flood", worst.late_s if worst else None, "s", slack)
     # Reported, not asserted: leases created together renew together, so a short flood may fall between
     # two waves of renewals; what must hold is that none that fell due was late.
-    measured("lease renewals seen during the flood", renewed, "")
-    measured("nodes NotReady or flapping", len(run.flapped), "", 0)
+    figures.add("lease renewals seen during the flood", renewed, "")
+    figures.add("nodes NotReady or flapping", len(run.flapped), "", 0)
     assert not run.flapped, f"{flow}: nodes turned NotReady during the flood: {_names(run.flapped)}"
     assert during, "no lease sample was taken during the flood (the lease list failed)"
     assert worst.late_s <= slack, (
@@ -179,7 +178,7 @@ def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile):
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_controllers_keep_scheduling_during_the_flood(flood, profile):
+def test_controllers_keep_scheduling_during_the_flood(flood, profile, figures):
     """Pods the well-behaved identity creates during the flood are bound by kube-scheduler and started
     within the pod-startup SLO (by the pods' own timestamps)."""
     run = flood
@@ -188,8 +187,8 @@ def test_controllers_keep_scheduling_during_the_flood(flood, profile):
     assert why is None, why
     started = [p.startup_server_s for p in run.probe_pods if p.startup_server_s is not None]
     p99 = percentile(started, 99) if started else None
-    measured("pods started during the flood", len(started), "pods", run.probe_pods_planned, ">=")
-    measured("pod startup p99 (timestamps)", p99, "s", profile.slo_pod_startup_p99_s)
+    figures.add("pods started during the flood", len(started), "pods", run.probe_pods_planned, ">=")
+    figures.add("pod startup p99 (timestamps)", p99, "s", profile.slo_pod_startup_p99_s)
     unstarted = [p.name for p in run.probe_pods if p.startup_server_s is None]
     assert len(started) == run.probe_pods_planned and run.probe_pods_planned > 0, (
         f"{run.probe_pods_planned} pods were created during the flood, {len(started)} started; not started: "
@@ -201,16 +200,16 @@ def test_controllers_keep_scheduling_during_the_flood(flood, profile):
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile):
+def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile, figures):
     run = flood
     fs, pl = run.probe_class
     why = _unprotected(run, f"the well-behaved client ({fs} -> {pl})")
     assert why is None, why
     during = fm.latency_figures(run.probe_in("flood"))
     base = fm.latency_figures(run.probe_in("baseline"))
-    measured("well-behaved 429s during the flood", during["responses_429"], "", 0)
-    measured("well-behaved mutating p99 during the flood", during["mutating_p99_s"], "s", profile.slo_mutating_p99_s)
-    measured("well-behaved mutating p99 before the flood", base["mutating_p99_s"], "s")
+    figures.add("well-behaved 429s during the flood", during["responses_429"], "", 0)
+    figures.add("well-behaved mutating p99 during the flood", during["mutating_p99_s"], "s", profile.slo_mutating_p99_s)
+    figures.add("well-behaved mutating p99 before the flood", base["mutating_p99_s"], "s")
     assert pl != run.flow.level, f"the well-behaved client shares the flood's PriorityLevel {pl}"
     assert during["requests"] > 0, "the well-behaved client sent nothing during the flood"
     assert during["responses_429"] == 0 and during["responses_5xx"] == 0 and during["no_response"] == 0, (
@@ -223,7 +222,7 @@ def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile)
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_clients_that_honour_retry_after_lose_nothing(flood, profile):
+def test_clients_that_honour_retry_after_lose_nothing(flood, profile, figures):
     run = flood
     kinds = _flood_kinds(run)
     lines = []
@@ -231,7 +230,7 @@ def test_clients_that_honour_retry_after_lose_nothing(flood, profile):
         planned = k.get("planned", 0)
         r429 = k.get("responses", {}).get("status 429", 0)
         exists = sorted(run.existing_pods.get(kind, []))
-        measured(f"429s per created pod ({kind} clients)", round(r429 / max(1, k.get("created", 0)), 2), "")
+        figures.add(f"429s per created pod ({kind} clients)", round(r429 / max(1, k.get("created", 0)), 2), "")
         want = pod_names(kind, planned)
         missing = sorted(set(want) - set(exists))
         extra = sorted(set(exists) - set(want))
@@ -250,12 +249,12 @@ def test_clients_that_honour_retry_after_lose_nothing(flood, profile):
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile):
+def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile, figures):
     run = flood
     took = None if run.phases.recovered is None else run.phases.recovered - run.phases.flood_end
     base = fm.latency_figures(run.probe_in("baseline"))
-    measured("flood end -> recovered", took, "s", profile.apf_recovery_s, headline=True)
-    measured("well-behaved p99 before the flood", base["p99_s"], "s")
+    figures.add("flood end -> recovered", took, "s", profile.apf_recovery_s, headline=True)
+    figures.add("well-behaved p99 before the flood", base["p99_s"], "s")
     assert took is not None, (
         f"no recovery within {profile.apf_recovery_s:g} s after the flood: {run.recovery_note} (PriorityLevel "
         f"{run.flow.level}; the well-behaved client's baseline p99 {base['p99_s']} s)")
@@ -265,7 +264,7 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile):
 
 @pytest.mark.destructive
 @pytest.mark.smoke
-def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, profile):
+def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, profile, figures):
     """Every registration's response headers name the FlowSchema and level of kubelets' node writes."""
     schema = apf_config.schema(profile.apf_node_flow_schema)
     expected = (f"flowschemas/{profile.apf_node_flow_schema} -> "
@@ -273,22 +272,22 @@ def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, prof
     allure.attach(comparison(join_storm), "node join: paced vs storm", allure.attachment_type.JSON)
     wrong = {m: {k: n for k, n in r.classified.items() if k != expected} for m, r in join_storm.items()}
     wrong = {m: w for m, w in wrong.items() if w}
-    measured("joins classified elsewhere", sum(sum(w.values()) for w in wrong.values()), "", 0)
+    figures.add("joins classified elsewhere", sum(sum(w.values()) for w in wrong.values()), "", 0)
     assert not wrong, f"node registrations (as system:node:<name> in system:nodes) went elsewhere than {expected}: {wrong}"
 
 
 @pytest.mark.destructive
 @pytest.mark.smoke
 @pytest.mark.parametrize("mode", [pytest.param(m, id=m) for m in JOIN_MODES])
-def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile):
+def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile, figures):
     run = join_storm[mode]
     f = run.figures()
     allure.attach(json.dumps(f, indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)
-    measured("joined nodes", f["registered"], "nodes", run.nodes, ">=")
-    measured("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s, headline=True)
-    measured("join 429s (retried)", f["join_429"], "")
-    measured("well-behaved p99 during the join", f["well_behaved_client"]["p99_s"], "s")
-    measured("existing nodes NotReady", len(run.flapped), "", 0)
+    figures.add("joined nodes", f["registered"], "nodes", run.nodes, ">=")
+    figures.add("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s, headline=True)
+    figures.add("join 429s (retried)", f["join_429"], "")
+    figures.add("well-behaved p99 during the join", f["well_behaved_client"]["p99_s"], "s")
+    figures.add("existing nodes NotReady", len(run.flapped), "", 0)
     assert not run.flapped, f"existing nodes turned NotReady while {run.nodes} nodes joined ({mode}): {_names(run.flapped)}"
     assert f["registered"] == run.nodes, (
         f"{f['registered']} of {run.nodes} nodes registered ({mode}); 429s {f['join_429']}, given up "

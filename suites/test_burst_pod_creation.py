@@ -44,7 +44,6 @@ from clusterproof.core.stats import percentile
 from clusterproof.burst.plan import burst as burst_phase
 from clusterproof.burst.plan import job_bound_s
 from clusterproof.report.plots import Figure, Series
-from clusterproof.report.allure import measured
 
 # Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
 pytestmark = pytest.mark.destructive
@@ -71,12 +70,12 @@ def _names(names) -> str:
 # --- steady phase: the SLOs -------------------------------------------------------------------
 
 @pytest.mark.smoke
-def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile):
+def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile, figures):
     f, slo = burst["steady"].figures, profile.slo_mutating_p99_s
     server = f["create_latency_server_p99_s"]
-    measured("create pod p99, apiserver histogram", server, "s", slo, headline=True)
-    measured("create pod p99, locust (client side, diagnostic)", f["create_latency_p99_s"], "s")
-    measured("create rate", f["create_qps"], "pods/s")
+    figures.add("create pod p99, apiserver histogram", server, "s", slo, headline=True)
+    figures.add("create pod p99, locust (client side, diagnostic)", f["create_latency_p99_s"], "s")
+    figures.add("create rate", f["create_qps"], "pods/s")
     assert server is not None, "the apiserver recorded no pod create during the steady phase"
     assert server <= slo, (
         f"mutating API call SLO (p99 <= {slo:g} s) broken for pod creates at {f['create_qps']:g} pods/s "
@@ -86,7 +85,7 @@ def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile):
 
 
 @pytest.mark.smoke
-def test_steady_pod_startup_meets_the_slo(burst, profile):
+def test_steady_pod_startup_meets_the_slo(burst, profile, figures):
     run, slo = burst["steady"], profile.slo_pod_startup_p99_s
     f = run.figures
     attach(profile, run)
@@ -94,12 +93,12 @@ def test_steady_pod_startup_meets_the_slo(burst, profile):
     lat = [p.startup_server_s if p.startup_server_s is not None else math.inf for p in run.pods]
     lat += [math.inf] * max(0, run.planned - len(lat))
     p99 = percentile(lat, 99)
-    measured("pod startup p99, object timestamps", p99, "s", slo, headline=True)
-    measured("pod startup p99, watch (diagnostic)", f["pod_startup_p99_s"], "s")
-    measured("watch delivery lag p99 at create (diagnostic)", f["watch_lag_created_p99_s"], "s")
-    measured("watch delivery lag p99 at Running (diagnostic)", f["watch_lag_running_p99_s"], "s")
+    figures.add("pod startup p99, object timestamps", p99, "s", slo, headline=True)
+    figures.add("pod startup p99, watch (diagnostic)", f["pod_startup_p99_s"], "s")
+    figures.add("watch delivery lag p99 at create (diagnostic)", f["watch_lag_created_p99_s"], "s")
+    figures.add("watch delivery lag p99 at Running (diagnostic)", f["watch_lag_running_p99_s"], "s")
     never = sum(1 for x in lat if math.isinf(x))
-    _, real_line = _real_node_startup(run, lat, slo)
+    _, real_line = _real_node_startup(run, lat, slo, figures)
     assert p99 <= slo, (
         f"pod startup SLO (p99 <= {slo:g} s) broken at {f['create_qps']:g} pods/s (steady phase): p99 "
         + (f"{p99:g} s" if math.isfinite(p99) else "infinite")
@@ -118,7 +117,7 @@ def _ranked(values: list[float]) -> list[tuple[float, float]]:
     return [(100.0 * (i + 1) / len(xs), v) for i, v in enumerate(xs)]
 
 
-def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | None, str | None]:
+def _real_node_startup(run, kwok_lat: list[float], slo: float, figures) -> tuple[float | None, str | None]:
     """The real nodes' pods of the steady phase (created under the same load; clusterproof.burst.measure.RealNodePods):
     their p99 reported beside kwok's, held to the same SLO. (None, None) without real nodes."""
     real = run.real_nodes
@@ -127,7 +126,7 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | 
     times = [t if t is not None else math.inf for t in real["startup_s"].values()]
     p99 = percentile(times, 99) if times else math.inf
     allure.dynamic.tag("nodes:real")
-    measured("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
+    figures.add("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
     Figure("Steady phase: pod startup, real node beside kwok nodes (under the same load)",
            "cumulative share of each kind's pods, sorted by start-up (%)", "created -> Ready (s, 1 s resolution)",
            [Series(f"simulated (kwok nodes, {len(kwok_lat)} pods)", _ranked(kwok_lat), style="line"),
@@ -149,30 +148,30 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float) -> tuple[float | 
 # --- burst phase: complete, unrefused, in time --------------------------------------------------
 
 @pytest.mark.smoke
-def test_every_pod_of_the_burst_is_created(burst, profile):
+def test_every_pod_of_the_burst_is_created(burst, profile, figures):
     run = burst["burst"]
     attach(profile, run)
     f = run.figures
     errors = "; ".join(f"{r['Error']} x{r['Occurrences']}" for r in run.locust.failures)
     created = f["create_requests"] - f["create_failures"]
-    measured("pods created", created, "pods", run.planned, ">=")
+    figures.add("pods created", created, "pods", run.planned, ">=")
     assert created == run.planned and f["pods_seen"] == run.planned, (
         f"{created} of {run.planned} pod creates succeeded ({f['pods_seen']} pods seen on the watch); "
         f"failures: {errors or 'none'}; locust: {run.locust.log_tail.splitlines()[-1:]}")
 
 
 @pytest.mark.smoke
-def test_the_burst_gets_no_429_and_no_5xx(burst):
+def test_the_burst_gets_no_429_and_no_5xx(burst, figures):
     f = burst["burst"].figures
-    measured("429 responses", f["responses_429"], "", 0)
-    measured("5xx responses", f["responses_5xx"], "", 0)
+    figures.add("429 responses", f["responses_429"], "", 0)
+    figures.add("5xx responses", f["responses_5xx"], "", 0)
     rows = [f"{r['Error']} x{r['Occurrences']}" for r in burst["burst"].locust.failures
             if r["Error"].startswith(("429", "5"))]
     assert not rows, f"the API server refused or failed pod creates during the burst: {'; '.join(rows)}"
 
 
 @pytest.mark.smoke
-def test_every_job_is_bound_completely_in_time(burst, job, profile):
+def test_every_job_is_bound_completely_in_time(burst, job, profile, figures):
     index, name = job
     run = burst["burst"]
     mine = [p for p in run.pods if p.job == name]
@@ -180,7 +179,7 @@ def test_every_job_is_bound_completely_in_time(burst, job, profile):
     t0 = min((p.added for p in run.pods), default=0.0)
     took = max(p.bound for p in mine) - t0 if mine and not unbound else None
     bound = job_bound_s(profile, index)
-    measured("first create -> job bound", took, "s", round(bound, 1))
+    figures.add("first create -> job bound", took, "s", round(bound, 1))
     assert mine and not unbound, (
         f"job {name}: {len(mine) - len(unbound)} of {len(mine)} pods bound"
         + (f", unbound: {_names(unbound)}" if unbound else "") + (f"; {run.incomplete}" if run.incomplete else ""))

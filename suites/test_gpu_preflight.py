@@ -60,7 +60,6 @@ from clusterproof.fixtures import EXTRA_ENV
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.report.plots import Figure, Series
-from clusterproof.report.allure import measured
 
 SHOW = 10
 
@@ -93,18 +92,18 @@ def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
 # --- 1. joining nodes -------------------------------------------------------------------------
 
 @pytest.mark.smoke
-def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(preflight, cluster, profile):
+def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(preflight, cluster, profile, figures):
     run = _simulated(preflight)
     bound = profile.preflight_quarantine_timeout_s
     out = settle_join(cluster.api, run, bound)
     status = run.agent.status() if run.agent else {}
     faulty = sum(1 for n in run.names if run.faults.expected_code(n))
-    measured("nodes joined (faulty / healthy)", len(run.names), f"nodes ({faulty} faulty)")
-    measured("time to quarantine, p50", percentile(out.quarantine_s, 50), "s")
-    measured("time to quarantine, p99", percentile(out.quarantine_s, 99), "s", bound, headline=True)
-    measured("time to release, p99", percentile(out.release_s, 99), "s", bound)
+    figures.add("nodes joined (faulty / healthy)", len(run.names), f"nodes ({faulty} faulty)")
+    figures.add("time to quarantine, p50", percentile(out.quarantine_s, 50), "s")
+    figures.add("time to quarantine, p99", percentile(out.quarantine_s, 99), "s", bound, headline=True)
+    figures.add("time to release, p99", percentile(out.release_s, 99), "s", bound)
     if status.get("checks"):
-        measured("checker time per node (agent, mock NVML)", 1000 * status["check_seconds"] / status["checks"], "ms")
+        figures.add("checker time per node (agent, mock NVML)", 1000 * status["check_seconds"] / status["checks"], "ms")
     _decision_plot(run, out.decided_s, bound)
     allure.attach("\n".join(f"{n}: {run.marks.state(_node(run, n) or {'metadata': {}})} ({what(run, n)})"
                             for n in run.names), "joining nodes: state and injected fault", allure.attachment_type.TEXT)
@@ -113,7 +112,7 @@ def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_re
 
 @pytest.mark.smoke
 @pytest.mark.coscheduling
-def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflight, cluster, profile, run_id):
+def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflight, cluster, profile, run_id, figures):
     run = _simulated(preflight)
     api, marks, total = cluster.api, run.marks, sum(run.waiting.values())
     allure.dynamic.parameter("waiting workloads", f"{run.waiting} ({run.gang_note})")
@@ -136,7 +135,7 @@ def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflig
             if node and state != "released":
                 bad.append(f"pod {run.namespace}/{pod} is on node {node}, which is {state} "
                            f"({what(run, node)}; reason {marks.reason(_node(run, node))})")
-        measured("waiting pods bound", sum(1 for v in placed.values() if v), "pods", total, op="==")
+        figures.add("waiting pods bound", sum(1 for v in placed.values() if v), "pods", total, op="==")
     finally:
         remove_waiting_workloads(api, run, run_id)   # the in-service check needs the nodes
     assert not bad, f"{len(bad)} waiting pod(s) bound where they may not be: " + _names(bad)
@@ -146,7 +145,7 @@ def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflig
 
 @pytest.mark.smoke
 def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(preflight, cluster, profile, namespace,
-                                                                           run_id):
+                                                                           run_id, figures):
     run = _simulated(preflight)
     cap, bound = profile.preflight_max_unavailable, profile.preflight_remediation_timeout_s
     out = go_bad_in_service(cluster.api, run, profile, namespace, run_id)
@@ -154,14 +153,14 @@ def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(prefl
                   + "".join(f"\nwave {i + 1}: {', '.join(w)}" for i, w in enumerate(out.waves)),
                   f"{len(out.victims)} nodes going bad in service at once (cap {cap})", allure.attachment_type.TEXT)
     status = run.agent.status() if run.agent else {}
-    measured("most nodes out of service at once", out.most_out, "nodes", cap)
-    measured("time to cordon, p99", percentile(out.cordon_s, 99), "s")
-    measured("time to cordon and drain, p99", percentile(out.drained_s, 99), "s", bound)
-    measured("fewest ReplicaSet pods Ready", out.fewest_ready, "pods", out.replicas - 1, op=">=")
+    figures.add("most nodes out of service at once", out.most_out, "nodes", cap)
+    figures.add("time to cordon, p99", percentile(out.cordon_s, 99), "s")
+    figures.add("time to cordon and drain, p99", percentile(out.drained_s, 99), "s", bound)
+    figures.add("fewest ReplicaSet pods Ready", out.fewest_ready, "pods", out.replicas - 1, op=">=")
     if status:
-        measured("evictions refused by the PDB (429, retried)",
+        figures.add("evictions refused by the PDB (429, retried)",
                  sum(d["refused_429"] for d in status.get("drains", {}).values()), "evictions")
-        measured("evictions answered 504, PDB update conflicts (retried)",
+        figures.add("evictions answered 504, PDB update conflicts (retried)",
                  sum(d.get("conflicts_504", 0) for d in status.get("drains", {}).values()), "evictions")
     assert not out.problems, f"{len(out.problems)} in-service remediation problem(s): " + _names(out.problems)
 
@@ -171,7 +170,7 @@ def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(prefl
 @pytest.mark.smoke
 @pytest.mark.destructive  # real hardware: a checker pod takes each idle GPU node whole
 def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight, cluster, profile, namespace,
-                                                                       run_id):
+                                                                       run_id, figures):
     run, api, marks = preflight, cluster.api, preflight.marks
     if cluster.simulated:
         nodes = {n: _node(run, n) for n in run.names if _node(run, n) is not None}
@@ -207,7 +206,7 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
     if notes:
         allure.attach("\n".join(notes), "held back but passing now", allure.attachment_type.TEXT)
     failing = sum(1 for v in verdicts.values() if not v.get("ok"))
-    measured("nodes checked", len(verdicts), f"nodes ({failing} failing)")
+    figures.add("nodes checked", len(verdicts), f"nodes ({failing} failing)")
     assert not bad, f"{len(bad)} node(s) where the checker and the cluster disagree: " + _names(bad)
 
 
@@ -241,7 +240,7 @@ def _unpassed_problems(run) -> tuple[list[str], int, int]:
 
 
 @pytest.mark.smoke
-def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight):
+def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight, figures):
     """Observational, safe on any cluster. A node caught between two writes of a decision (the label
     and cordon, then the condition) gets ``SAYS_WHY_S`` to complete it."""
     run = preflight
@@ -252,24 +251,24 @@ def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight
         bad, under, failed = _unpassed_problems(run)
     if not under and not failed:
         pytest.skip(f"no node is under preflight ({run.marks.taint_key}) or failed it: nothing to observe")
-    measured("nodes under preflight / failed", under, f"under preflight, {failed} failed")
+    figures.add("nodes under preflight / failed", under, f"under preflight, {failed} failed")
     assert not bad, f"{len(bad)} problem(s) on nodes that have not passed: " + _names(bad)
 
 
 @pytest.mark.smoke
-def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight):
+def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight, figures):
     """The whole module's watch (every pod, every node): checked last, so it covers every check above."""
     watch = preflight.watch
     watch.check()
     found = watch.violations()
-    measured("workload pods bound while watched", len(watch.binds), "pods")
+    figures.add("workload pods bound while watched", len(watch.binds), "pods")
     assert not found, f"{len(found)} workload pod(s) bound to nodes that had not passed: " + _names(found)
 
 
 # --- the machine the harness runs on ----------------------------------------------------------------------
 
 @pytest.mark.smoke
-def test_checker_passes_on_this_machine(pytestconfig):
+def test_checker_passes_on_this_machine(pytestconfig, figures):
     """``--local-gpus``: this machine's GPUs through its own libnvidia-ml (real hardware); without it, a
     healthy simulated machine through the project's mock library (the report says which)."""
     if pytestconfig.option.local_gpus:
@@ -286,5 +285,5 @@ def test_checker_passes_on_this_machine(pytestconfig):
     (name, v), = run.verdicts.items()
     rows = gpu_rows({name: v})
     allure.attach(render_table(rows), "GPU table (this machine)", allure.attachment_type.TEXT)
-    measured("GPUs", len(v.get("gpus") or []), "GPUs")
+    figures.add("GPUs", len(v.get("gpus") or []), "GPUs")
     assert v["ok"], f"this machine ({name}) fails preflight: " + "; ".join(r["message"] for r in v["reasons"])

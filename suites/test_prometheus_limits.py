@@ -57,7 +57,6 @@ from clusterproof.prometheus.client import duration_s
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.queries import tiny_timeout_probe
-from clusterproof.report.allure import measured
 
 MIB = 1 << 20
 
@@ -71,13 +70,13 @@ def flags(prometheus) -> dict[str, str]:
 # --- read-only: safe against any Prometheus ----------------------------------------------------
 
 @pytest.mark.smoke
-def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profile):
+def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profile, figures):
     want_t = duration_s(profile.prometheus_query_timeout)
     got_t = duration_s(flags.get("query.timeout", "0"))
     got_s, got_c = int(flags.get("query.max-samples", 0)), int(flags.get("query.max-concurrency", 0))
-    measured("--query.timeout", got_t, "s", want_t)
-    measured("--query.max-samples", got_s, "samples", profile.prometheus_max_samples)
-    measured("--query.max-concurrency", got_c, "queries", profile.prometheus_max_concurrency)
+    figures.add("--query.timeout", got_t, "s", want_t)
+    figures.add("--query.max-samples", got_s, "samples", profile.prometheus_max_samples)
+    figures.add("--query.max-concurrency", got_c, "queries", profile.prometheus_max_concurrency)
     bad = []
     if not 0 < got_t <= want_t:
         bad.append(f"--query.timeout is {flags.get('query.timeout')} (profile prometheus_query_timeout "
@@ -89,7 +88,7 @@ def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profil
         bad.append(f"--query.max-concurrency is {got_c} (profile prometheus_max_concurrency "
                    f"{profile.prometheus_max_concurrency})")
     procs = prometheus.prom.own_metric("go_sched_gomaxprocs_threads")
-    measured("GOMAXPROCS", procs, "threads")
+    figures.add("GOMAXPROCS", procs, "threads")
     if prometheus.kind == "embedded" and profile.prometheus_gomaxprocs and procs != profile.prometheus_gomaxprocs:
         bad.append(f"GOMAXPROCS is {procs:g} (profile prometheus_gomaxprocs {profile.prometheus_gomaxprocs})")
     assert not bad, f"Prometheus {prometheus.version} at {prometheus.prom.url} runs with looser limits than the " \
@@ -97,19 +96,19 @@ def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profil
 
 
 @pytest.mark.smoke
-def test_a_cheap_query_answers(prometheus):
+def test_a_cheap_query_answers(prometheus, figures):
     a = prometheus.prom.query("count(up)", wait_s=30)
-    measured("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
+    figures.add("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
     assert a.ok and a.data["result"], f"count(up) was not answered: {a}"
     assert a.elapsed_s <= prometheus.timeout_s, f"count(up) took {a.elapsed_s:.2f} s, longer than the query timeout"
 
 
 @pytest.mark.smoke
-def test_a_tiny_request_timeout_cuts_a_modest_query(prometheus, profile):
+def test_a_tiny_request_timeout_cuts_a_modest_query(prometheus, profile, figures):
     q = tiny_timeout_probe()
     a = prometheus.prom.query(q.expr, timeout="1ms", wait_s=30)
     bound = 0.001 + profile.prometheus_timeout_slack_s
-    measured("cut after", a.elapsed_s, "s", bound)
+    figures.add("cut after", a.elapsed_s, "s", bound)
     allure.dynamic.parameter("answer", str(a))
     assert a.deadline, (f"{q.what} with timeout=1ms was not cut with a documented deadline error (503 timeout or "
                         f"422 execution 'deadline exceeded'): {a}")
@@ -126,10 +125,10 @@ def pathological(prometheus, profile, say):
     return run
 
 
-def _cut(sent, prometheus, profile, flags) -> None:
+def _cut(sent, prometheus, profile, flags, figures) -> None:
     a, limit = sent.answer, prometheus.timeout_s
     bound = limit + profile.prometheus_timeout_slack_s
-    measured("elapsed", a.elapsed_s, "s", bound)
+    figures.add("elapsed", a.elapsed_s, "s", bound)
     allure.dynamic.parameter("answer", str(a))
     allure.dynamic.parameter("query", str(sent.query))
     if prometheus.kind == "existing" and a.ok and a.elapsed_s <= bound:
@@ -150,23 +149,23 @@ def _cut(sent, prometheus, profile, flags) -> None:
 
 @pytest.mark.heavy_query
 @pytest.mark.parametrize("seed", ["histogram-quantile", "long-range"])
-def test_the_seed_query_is_cut_at_the_query_timeout(seed, pathological, prometheus, flags, profile):
-    _cut(pathological.seed[seed], prometheus, profile, flags)
+def test_the_seed_query_is_cut_at_the_query_timeout(seed, pathological, prometheus, flags, profile, figures):
+    _cut(pathological.seed[seed], prometheus, profile, flags, figures)
 
 
 @pytest.mark.heavy_query
-def test_a_request_timeout_cannot_extend_the_query_timeout(pathological, prometheus, flags, profile):
+def test_a_request_timeout_cannot_extend_the_query_timeout(pathological, prometheus, flags, profile, figures):
     """Grafana sends its own ``timeout=``: the server's flag must still win."""
     allure.dynamic.parameter("requested timeout", pathological.requested_timeout)
-    _cut(pathological.request_timeout, prometheus, profile, flags)
+    _cut(pathological.request_timeout, prometheus, profile, flags, figures)
 
 
 @pytest.mark.heavy_query
-def test_a_query_over_max_samples_gets_422(pathological, prometheus, flags, profile):
+def test_a_query_over_max_samples_gets_422(pathological, prometheus, flags, profile, figures):
     sent = pathological.max_samples
     a = sent.answer
     bound = prometheus.timeout_s + profile.prometheus_timeout_slack_s
-    measured("elapsed", a.elapsed_s, "s", bound)
+    figures.add("elapsed", a.elapsed_s, "s", bound)
     allure.dynamic.parameter("answer", str(a))
     allure.dynamic.parameter("query", str(sent.query))
     if not a.too_many_samples:
@@ -181,7 +180,7 @@ def test_a_query_over_max_samples_gets_422(pathological, prometheus, flags, prof
 
 
 @pytest.mark.heavy_query
-def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheus, flags, profile):
+def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheus, flags, profile, figures):
     """``burst_factor`` x max-concurrency seed quantiles at once: the surplus waits for a slot (Prometheus' own
     queue-time figure), and every one is still cut. A queued query's deadline starts only once it has parsed,
     which in Prometheus 3.x itself needs a slot (``NewInstantQuery``/``NewRangeQuery`` queue too, without a
@@ -190,10 +189,10 @@ def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheu
     bound = 2 * t + profile.prometheus_timeout_slack_s
     surplus = len(burst) - conc
     slowest = max(a.elapsed_s for a in burst)
-    measured("queries sent at once", len(burst), "queries")
-    measured("time in the query queue (Prometheus' own sum)", pathological.burst_queue_s, "s",
+    figures.add("queries sent at once", len(burst), "queries")
+    figures.add("time in the query queue (Prometheus' own sum)", pathological.burst_queue_s, "s",
              0.5 * surplus * t, op=">=")
-    measured("slowest answer", slowest, "s", bound)
+    figures.add("slowest answer", slowest, "s", bound)
     allure.attach("\n".join(map(str, burst)), "answers", allure.attachment_type.TEXT)
     existing = prometheus.kind == "existing"
     uncut = [a for a in burst if not a.deadline and not (existing and a.ok and a.elapsed_s <= bound)]
@@ -214,10 +213,10 @@ def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheu
 
 
 @pytest.mark.heavy_query
-def test_the_series_api_honours_its_limit(pathological, profile):
+def test_the_series_api_honours_its_limit(pathological, profile, figures):
     a, n, limit = pathological.series_limited, pathological.series_limited_count, profile.prometheus_series_limit
-    measured("series returned", n, "series", limit)
-    measured("elapsed", a.elapsed_s, "s")
+    figures.add("series returned", n, "series", limit)
+    figures.add("elapsed", a.elapsed_s, "s")
     assert a.ok, f"/api/v1/series?match[]={{le!=\"\"}}&limit={limit} failed: {a}"
     assert n == limit, f"/api/v1/series with limit={limit} returned {n} series"
     assert any("truncated" in w for w in a.warnings), f"no 'results truncated' warning with limit={limit}: {a.warnings}"
@@ -230,12 +229,12 @@ def test_the_series_api_honours_its_limit(pathological, profile):
     "history: {le!=\"\"} answered 200 with all 1,087,500 series (191 MiB) after 7.9 s (idle machine) to 32 s "
     "(loaded) against a 2 s query timeout, and Prometheus' RSS grew by 0.8-1.0 GiB. Mitigation: limit= (test_the_series_api_honours_its_limit), "
     "and a timeout in the proxy or client in front of the series API"))
-def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(pathological, prometheus, profile):
+def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(pathological, prometheus, profile, figures):
     u = series_unbounded(prometheus)
-    measured("series returned", u.series, "series")
-    measured("answer size", u.answer.nbytes / MIB, "MiB")
-    measured("elapsed", u.answer.elapsed_s, "s", prometheus.timeout_s)
-    measured("RSS growth", (u.peak - u.idle) / MIB, "MiB")
+    figures.add("series returned", u.series, "series")
+    figures.add("answer size", u.answer.nbytes / MIB, "MiB")
+    figures.add("elapsed", u.answer.elapsed_s, "s", prometheus.timeout_s)
+    figures.add("RSS growth", (u.peak - u.idle) / MIB, "MiB")
     cut = u.answer.deadline or u.answer.too_many_samples or any("truncated" in w for w in u.answer.warnings)
     assert cut, (f"/api/v1/series?match[]={{le!=\"\"}} without limit answered {u.answer} with all {u.series:,} "
                  f"series, unbounded by --query.timeout ({prometheus.limits.query_timeout}) and "
@@ -246,15 +245,15 @@ def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(patholog
 # --- Prometheus survives ----------------------------------------------------------------------
 
 @pytest.mark.heavy_query
-def test_prometheus_memory_stays_bounded_during_the_pathological_queries(pathological, prometheus, profile):
+def test_prometheus_memory_stays_bounded_during_the_pathological_queries(pathological, prometheus, profile, figures):
     p = pathological
     bound = limit_bound(p.idle, profile, p.selected_series)
     if p.idle_process:
-        measured("idle RSS (process)", p.idle_process / MIB, "MiB")
-    measured("idle RSS (process_resident_memory_bytes)", (p.idle_metric or 0) / MIB, "MiB")
+        figures.add("idle RSS (process)", p.idle_process / MIB, "MiB")
+    figures.add("idle RSS (process_resident_memory_bytes)", (p.idle_metric or 0) / MIB, "MiB")
     if p.rss.process_peak:
-        measured("peak RSS (process)", p.rss.process_peak / MIB, "MiB", bound / MIB)
-    measured("peak RSS (process_resident_memory_bytes)", p.rss.metric_peak / MIB, "MiB", bound / MIB, headline=True)
+        figures.add("peak RSS (process)", p.rss.process_peak / MIB, "MiB", bound / MIB)
+    figures.add("peak RSS (process_resident_memory_bytes)", p.rss.metric_peak / MIB, "MiB", bound / MIB, headline=True)
     assert p.idle > 0, "no idle RSS: neither the process nor process_resident_memory_bytes could be read"
     assert p.rss.peak <= bound, (
         f"Prometheus' RSS reached {p.rss.peak / MIB:.0f} MiB during the limited pathological queries, over the "
@@ -264,15 +263,15 @@ def test_prometheus_memory_stays_bounded_during_the_pathological_queries(patholo
 
 
 @pytest.mark.heavy_query
-def test_prometheus_answers_a_cheap_query_right_after(pathological, prometheus):
+def test_prometheus_answers_a_cheap_query_right_after(pathological, prometheus, figures):
     a = pathological.cheap_after
-    measured("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
+    figures.add("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
     assert a.ok and a.data["result"], f"right after the pathological queries, count(up) was not answered: {a}"
     assert a.elapsed_s <= prometheus.timeout_s, f"right after the pathological queries count(up) took {a.elapsed_s:.2f} s"
 
 
 @pytest.mark.heavy_query
-def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, prometheus):
+def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, prometheus, figures):
     p, prom = pathological, prometheus.prom
     iv = prometheus.scrape_interval_s
     # one more scrape after the window, so that a scrape missed at its very end shows
@@ -287,7 +286,7 @@ def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, 
                             for job, gap in sorted(s.max_gap_s.items())), "scrapes during the queries",
                   allure.attachment_type.TEXT)
     worst = max(s.max_gap_s, key=lambda j: s.max_gap_s[j] / s.interval_s[j])
-    measured("longest gap between scrapes", s.max_gap_s[worst], "s", 1.5 * s.interval_s[worst])
+    figures.add("longest gap between scrapes", s.max_gap_s[worst], "s", 1.5 * s.interval_s[worst])
     missed = {j: g for j, g in s.max_gap_s.items() if g >= 1.5 * s.interval_s[j]}
     assert not missed, ("Prometheus missed scrapes while the pathological queries ran "
                         f"({p.t_end - p.t_start:.0f} s): " + "; ".join(
@@ -308,7 +307,7 @@ def probe_template(name, run_id):
 
 
 @pytest.mark.smoke
-def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster, namespace, run_id):
+def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster, namespace, run_id, figures):
     """The API-call SLO figure two ways over the same window: PromQL over what Prometheus scraped
     (``clusterproof.prometheus.slo``, every replica) and the kube-apiserver's own ``/metrics`` snapshots
     (``clusterproof.cluster.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
@@ -338,9 +337,9 @@ def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster
                   "the two instruments", allure.attachment_type.TEXT)
     assert direct and by_promql, f"no POST {PROBE_RESOURCE} in the window: /metrics {direct}, PromQL {by_promql}"
     d, p = direct[0], by_promql[0]
-    measured(f"POST {PROBE_RESOURCE} p99, PromQL", p.p99_s, "s")
-    measured(f"POST {PROBE_RESOURCE} p99, /metrics", d.p99_s, "s")
-    measured("creates counted, PromQL", p.count, "calls", d.count, op="==")
+    figures.add(f"POST {PROBE_RESOURCE} p99, PromQL", p.p99_s, "s")
+    figures.add(f"POST {PROBE_RESOURCE} p99, /metrics", d.p99_s, "s")
+    figures.add("creates counted, PromQL", p.count, "calls", d.count, op="==")
     assert p.count >= PROBE_CREATES and d.count >= PROBE_CREATES, f"the probe's {PROBE_CREATES} creates were not all seen: {d}; {p}"
     replicas = apimetrics.apiserver_replicas(cluster.api)
     if replicas <= 1:

@@ -45,7 +45,6 @@ from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.report.plots import Figure, Series
-from clusterproof.report.allure import measured
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events
 EVICT_TAINT = "clusterproof.io/evict-check"
@@ -65,7 +64,7 @@ def real(cluster):
 
 @pytest.mark.smoke
 def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node_is_held_back(
-        real, cluster, profile, namespace, run_id):
+        real, cluster, profile, namespace, run_id, figures):
     """Each real node joins under preflight twice: first with a fault injected into its simulated GPUs
     (the checker pod must find it and the node must stay quarantined with its reason), then healthy
     (the checker pod must pass it and the node must be released). The checker runs from
@@ -93,7 +92,7 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
                   "rounds (node, injected fault, the pod's verdict, the decision)", allure.attachment_type.TEXT)
     allure.attach(json.dumps([r.verdict for r in rounds], indent=1), "checker pod verdicts (json)",
                   allure.attachment_type.JSON)
-    measured("checker pod round (pod created to decision), max", max(seconds) if seconds else None, "s")
+    figures.add("checker pod round (pod created to decision), max", max(seconds) if seconds else None, "s")
     assert not problems, f"{len(problems)} problem(s) with preflight on real nodes: " + "; ".join(problems)
 
 
@@ -193,7 +192,7 @@ MIN_RENEWALS = 3
 
 
 @pytest.mark.smoke
-def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses(real, cluster):
+def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses(real, cluster, figures):
     """API Priority and Fairness puts every request of a real kubelet into a node flow: ``system-node-high``
     (its Lease renewals and node status, priority level ``node-high``) or ``system-nodes``, never ``exempt``
     -- read from the flow schema the API server named in each response to the kubelet. Every Lease renewal
@@ -249,7 +248,7 @@ def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_neve
     allure.attach("\n".join(f"{n}: {c} renewals over {s:.0f} s, longest gap {g:.1f} s" for n, c, s, g in rows),
                   "Lease renewals per real node", allure.attachment_type.TEXT)
     if rows:
-        measured("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", realnodes.LEASE_DURATION_S)
+        figures.add("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", realnodes.LEASE_DURATION_S)
     assert not problems, "; ".join(problems)
 
 

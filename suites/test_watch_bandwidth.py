@@ -47,7 +47,6 @@ from clusterproof.watch.analysis import size_with, within_budget
 from clusterproof.watch.measure import ENDPOINTS, SLICES
 from clusterproof.watch.figures import bytes_text, per_change, projection, projection_figure, summary
 from clusterproof.watch.wire import ENCODINGS, PROTOBUF
-from clusterproof.report.allure import measured
 
 SHOW = 3
 DEPRECATION = "v1 Endpoints is deprecated"
@@ -77,16 +76,16 @@ def _skip_if_quiet(run) -> None:
                     f"{run.sizes[0].window_s:.0f} s window: nothing to measure (raise watch_window_s)")
 
 
-def test_each_slice_event_carries_one_slice_within_the_endpoint_limit(watch_bandwidth, profile):
+def test_each_slice_event_carries_one_slice_within_the_endpoint_limit(watch_bandwidth, profile, figures):
     _skip_if_quiet(watch_bandwidth)
     limit, problems = profile.watch_max_endpoints_per_slice, []
     for s in watch_bandwidth.sizes:
         # kube-controller-manager's --max-endpoints-per-slice, as its slices show it (also read-only).
-        measured(f"largest slice of the Service, {_endpoints(s)} endpoints", max(s.slice_sizes, default=0),
+        figures.add(f"largest slice of the Service, {_endpoints(s)} endpoints", max(s.slice_sizes, default=0),
                  "endpoints", limit)
         for enc in ENCODINGS:
             g = s.group(SLICES, enc)
-            measured(f"most endpoints in one slice event, {enc}, {_endpoints(s)} endpoints", g.max_endpoints,
+            figures.add(f"most endpoints in one slice event, {enc}, {_endpoints(s)} endpoints", g.max_endpoints,
                      "endpoints", limit)
             if not g.events:
                 problems.append(f"no slice event reached the {enc} watchers at {_endpoints(s)} endpoints")
@@ -99,12 +98,12 @@ def test_each_slice_event_carries_one_slice_within_the_endpoint_limit(watch_band
     _fail(problems)
 
 
-def test_only_the_slices_that_changed_are_sent(watch_bandwidth):
+def test_only_the_slices_that_changed_are_sent(watch_bandwidth, figures):
     problems = []
     for s in watch_bandwidth.sizes:
         for enc in ENCODINGS:
             g = s.group(SLICES, enc)
-            measured(f"slice events that changed no endpoint, {enc}, {_endpoints(s)} endpoints", len(g.unchanged),
+            figures.add(f"slice events that changed no endpoint, {enc}, {_endpoints(s)} endpoints", len(g.unchanged),
                      "events", 0)
             if g.unchanged:
                 problems.append(f"at {_endpoints(s)} endpoints {len(g.unchanged)} of {g.events} {enc} slice events "
@@ -115,12 +114,12 @@ def test_only_the_slices_that_changed_are_sent(watch_bandwidth):
     _fail(problems)
 
 
-def test_every_watcher_receives_every_change(watch_bandwidth, profile):
+def test_every_watcher_receives_every_change(watch_bandwidth, profile, figures):
     """Every watcher caught up with the final LIST (waited for), none was closed early, all got the same events."""
     problems = []
     for s in watch_bandwidth.sizes:
         for g in s.groups.values():
-            measured(f"{g.name} watchers closed early, {_endpoints(s)} endpoints", len(g.dropped), "watchers", 0)
+            figures.add(f"{g.name} watchers closed early, {_endpoints(s)} endpoints", len(g.dropped), "watchers", 0)
             if g.dropped:
                 problems.append(f"{len(g.dropped)} of {g.watchers} {g.name} watchers lost their stream at "
                                 f"{_endpoints(s)} endpoints, e.g. {g.dropped[:SHOW]}")
@@ -130,14 +129,14 @@ def test_every_watcher_receives_every_change(watch_bandwidth, profile):
     _fail(problems)
 
 
-def test_slice_bytes_per_change_stay_within_the_budget(watch_bandwidth, profile):
+def test_slice_bytes_per_change_stay_within_the_budget(watch_bandwidth, profile, figures):
     _skip_if_quiet(watch_bandwidth)
     factor, problems = profile.watch_budget_slices, []
     for s in watch_bandwidth.sizes:
         for enc in ENCODINGS:
             g = s.group(SLICES, enc)
             budget = factor * g.full_slice_bytes if g.full_slice_bytes else None
-            measured(f"bytes per endpoint change per watcher, {enc}, {_endpoints(s)} endpoints",
+            figures.add(f"bytes per endpoint change per watcher, {enc}, {_endpoints(s)} endpoints",
                      g.bytes_per_change, "B", round(budget) if budget else None)
             if not within_budget(g, factor):
                 problems.append(
@@ -149,7 +148,7 @@ def test_slice_bytes_per_change_stay_within_the_budget(watch_bandwidth, profile)
     _fail(problems)
 
 
-def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, profile, cluster):
+def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, profile, cluster, figures):
     if not watch_bandwidth.target.created:
         pytest.skip("read-only mode: other watchers and other objects' changes are in the apiserver's counters too")
     if not cluster.simulated:
@@ -157,7 +156,7 @@ def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, p
     tol, problems = profile.watch_agreement_tolerance, []
     for s in watch_bandwidth.sizes:
         for api, a in s.agreements.items():
-            measured(f"{api} watch bytes, harness vs apiserver, {_endpoints(s)} endpoints", a.relative_difference,
+            figures.add(f"{api} watch bytes, harness vs apiserver, {_endpoints(s)} endpoints", a.relative_difference,
                      "relative difference", tol)
             if s.replica_changed:
                 problems.append(f"at {_endpoints(s)} endpoints the two scrapes came from different apiservers")
@@ -171,12 +170,12 @@ def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, p
     _fail(problems)
 
 
-def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annotation(watch_bandwidth):
+def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annotation(watch_bandwidth, figures):
     problems = []
     for s in watch_bandwidth.sizes:
         n, note = _endpoints(s), s.endpoints_annotations.get(OVER_CAPACITY)
         want = min(n, ENDPOINTS_MAX_CAPACITY)
-        measured(f"addresses in the Endpoints object, {n} endpoints", s.endpoints_addresses, "addresses", want, "==")
+        figures.add(f"addresses in the Endpoints object, {n} endpoints", s.endpoints_addresses, "addresses", want, "==")
         if s.endpoints_addresses != want:
             problems.append(f"at {n} endpoints the Endpoints object lists {s.endpoints_addresses} addresses, "
                             f"expected {want} (truncation at {ENDPOINTS_MAX_CAPACITY})")
@@ -188,12 +187,12 @@ def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annota
     _fail(problems)
 
 
-def test_endpoints_api_answers_with_a_deprecation_warning(watch_bandwidth):
+def test_endpoints_api_answers_with_a_deprecation_warning(watch_bandwidth, figures):
     problems = []
     for s in watch_bandwidth.sizes:
         for enc in ENCODINGS:
             g, sl = s.group(ENDPOINTS, enc), s.group(SLICES, enc)
-            measured(f"Endpoints watchers warned, {enc}, {_endpoints(s)} endpoints", g.warned, "watchers",
+            figures.add(f"Endpoints watchers warned, {enc}, {_endpoints(s)} endpoints", g.warned, "watchers",
                      g.watchers, "==")
             if g.warned != g.watchers:
                 problems.append(f"{g.watchers - g.warned} of {g.watchers} {enc} Endpoints watches were answered "
@@ -203,7 +202,7 @@ def test_endpoints_api_answers_with_a_deprecation_warning(watch_bandwidth):
     _fail(problems)
 
 
-def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwidth, profile):
+def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwidth, profile, figures):
     """What holds today instead of the 2021 N^2: no Endpoints event carries more than 1,000 addresses,
     so its size is capped; the Endpoints/EndpointSlice ratio and the projection are reported here."""
     run, problems = watch_bandwidth, []
@@ -214,7 +213,7 @@ def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwid
         for enc in ENCODINGS:
             g, sl = s.group(ENDPOINTS, enc), s.group(SLICES, enc)
             ratio = g.bytes_per_watcher / sl.bytes_per_watcher if sl.bytes_per_watcher else None
-            measured(f"Endpoints / EndpointSlice bytes for the same churn, {enc}, {_endpoints(s)} endpoints",
+            figures.add(f"Endpoints / EndpointSlice bytes for the same churn, {enc}, {_endpoints(s)} endpoints",
                      ratio, "x")
             cap = size_with(g, ENDPOINTS_MAX_CAPACITY)
             if g.max_endpoints > ENDPOINTS_MAX_CAPACITY:
@@ -228,8 +227,8 @@ def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwid
     target = profile.watch_projection_nodes
     for label, pts in projection(run, profile).items():
         at = dict(pts).get(target)
-        measured(f"projected egress at {target:,} nodes: {label}", at, "B/s")
+        figures.add(f"projected egress at {target:,} nodes: {label}", at, "B/s")
     last = run.sizes[-1]
-    measured("bytes per churn change, EndpointSlice protobuf, largest size",
+    figures.add("bytes per churn change, EndpointSlice protobuf, largest size",
              per_change(last, last.group(SLICES, PROTOBUF)), "B", headline=True)
     _fail(problems)

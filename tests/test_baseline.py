@@ -14,7 +14,7 @@ import json
 import pytest
 
 from clusterproof.report import compare
-from clusterproof.report import summary
+from clusterproof.core.measurement import better_of
 from clusterproof.report.compare import Row, Tolerance
 from tests.harness import run_pytest
 
@@ -100,15 +100,15 @@ def test_a_bad_baseline_is_one_line_naming_the_file(tmp_path, content, expected)
 
 
 def test_the_direction_of_a_figure_comes_from_its_threshold_or_its_unit():
-    assert summary.better_of("s", 5.0, "<=") == "lower"
-    assert summary.better_of("pods", 100, ">=") == "none"      # "every planned pod": a verdict, not a figure
-    assert summary.better_of("", 1, ">=") == "none"           # "at least one 429"
-    assert summary.better_of("", 0, "<=") == "lower"          # "no 5xx"
-    assert summary.better_of("pods/s", 20, ">=") == "higher"
-    assert summary.better_of("MiB", None, "<=") == "lower"
-    assert summary.better_of("pods/s", None, "<=") == "higher"
-    assert summary.better_of("", None, "<=") == "none"
-    assert summary.better_of("calls", 3, "==") == "none"
+    assert better_of("s", 5.0, "<=") == "lower"
+    assert better_of("pods", 100, ">=") == "none"      # "every planned pod": a verdict, not a figure
+    assert better_of("", 1, ">=") == "none"           # "at least one 429"
+    assert better_of("", 0, "<=") == "lower"          # "no 5xx"
+    assert better_of("pods/s", 20, ">=") == "higher"
+    assert better_of("MiB", None, "<=") == "lower"
+    assert better_of("pods/s", None, "<=") == "higher"
+    assert better_of("", None, "<=") == "none"
+    assert better_of("calls", 3, "==") == "none"
 
 
 def test_the_command_line_comparison_exits_6_on_a_regression_and_0_otherwise(tmp_path, capsys):

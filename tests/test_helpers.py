@@ -260,23 +260,18 @@ def test_a_suites_failure_message_is_its_own_sentence():
     assert "assert 1 == 2" in str(e.value)
 
 
-def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it(monkeypatch):
-    import types
-    from collections import defaultdict
-
-    from clusterproof.fixtures import BRINGUP_S
+def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it():
     from clusterproof.report import timing
-    config = types.SimpleNamespace(stash={BRINGUP_S: 100.0})
-    for name, value in (("_durations", defaultdict(float)), ("_tests", defaultdict(int)), ("_bringup", [0.0]),
-                        ("_config", [config])):
-        monkeypatch.setattr(timing, name, value)   # this session's own table is left alone
+    t = timing.Timing()   # a session's own table (the report keeps one per session, no module state)
     for when, secs in (("setup", 101.0), ("call", 5.0), ("teardown", 1.0)):
-        timing.pytest_runtest_logreport(types.SimpleNamespace(nodeid="suites/test_gang_scheduling.py::t", when=when,
-                                                              duration=secs, outcome="passed"))
+        t.log("suites/test_gang_scheduling.py::t", when, "passed", secs, bringup_s=100.0)
     profile = types.SimpleNamespace(budget_gang_scheduling_s=6, budget_bringup_s=0, budget_total_s=0)
-    rows = {r["suite"]: r for r in timing.rows(profile)}
+    rows = {r["suite"]: r for r in t.rows(profile)}
     assert rows[timing.BRINGUP]["seconds"] == 100.0 and rows[timing.BRINGUP]["budget_s"] is None
     assert rows["gang_scheduling"]["seconds"] == 7.0 and rows["gang_scheduling"]["over_budget"]
+    figures = {f.key: f for f in t.figures(profile)}
+    assert figures["time :: gang_scheduling"].value == 7.0 and figures["time :: gang_scheduling"].verdict == "beyond"
+    assert figures["time :: embedded cluster bring-up"].threshold is None
 
 
 def _api(host: str = "https://10.0.0.1:6443"):

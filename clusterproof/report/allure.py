@@ -1,9 +1,11 @@
-"""Allure plumbing: run environment, simulated/real tags, and cluster state on failure.
+"""Allure plumbing: run environment, titles, each check's figures, and cluster state on failure.
 
-Why a plugin: tests assert, the report explains. An SRE reading the report
-the next morning needs to know what ran where (simulated kwok nodes or real
-hardware, versions, profile, run id) and, for a failure, the events and a
-cluster summary -- without anyone adding report code to a test body.
+Why: tests assert, the report explains. An SRE reading the report the next
+morning needs to know what ran where (simulated kwok nodes or real
+hardware, versions, profile, run id), what each check measured against its
+threshold and, for a failure, the events and a cluster summary -- without
+anyone adding report code to a test body. The hooks that call this live in
+``clusterproof.fixtures.report``; this module is pure (no pytest, no domain).
 Nothing here may mask a test result: report errors are swallowed and noted.
 """
 from __future__ import annotations
@@ -14,15 +16,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from typing import Callable
+
 import allure
-import pytest
 from kubernetes import client
 
-from clusterproof.cluster import toolchain
-from clusterproof.kube.client import list_all, list_raw
-from clusterproof.cluster.nodes import has_ready_condition
+from clusterproof.core.measurement import Figure
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.fixtures import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
+from clusterproof.kube.client import list_all, list_raw
 
 RESULTS_DIR = Path.cwd() / "reports" / "allure-results"
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
@@ -57,10 +58,6 @@ def categories(status: str, message: str | None) -> list[str]:
     import re
     return [c["name"] for c in CATEGORIES if status in c["matchedStatuses"]
             and ("messageRegex" not in c or (message is not None and re.fullmatch(c["messageRegex"], message)))]
-
-
-def _cluster(item: pytest.Item):
-    return item.config.stash.get(CLUSTER, None)
 
 
 # Words a test name spells in lower case that a sentence spells otherwise.
@@ -119,35 +116,9 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def measured(name: str, value: float | None, unit: str, threshold: float | None = None, op: str = "<=",
-             better: str | None = None, headline: bool = False) -> None:
-    """A figure a check measured, shown on the check's own page (passed or failed) with its threshold,
-    and kept in the run's summary (``clusterproof.report.summary``: ``better`` -- lower, higher or none -- defaults
-    to the threshold's direction or the unit's; ``headline`` figures are also printed at the end)."""
-    from clusterproof.report import summary# a plugin of its own: imported here, not before pytest registers it
-    summary.record(name, value, unit, threshold, op, better, headline)
-    shown = "n/a" if value is None else f"{value:.3g} {unit}"
-    if threshold is not None:
-        shown += f" (threshold {op} {threshold:g} {unit})"
-    allure.dynamic.parameter(name, shown)
-
-
-@pytest.fixture(autouse=True)
-def _allure_labels(request):
-    """Tags of every check (a reader filters on them); titles and descriptions: see makereport."""
-    if "cluster" in request.fixturenames:
-        c = request.getfixturevalue("cluster")
-        allure.dynamic.tag("simulated" if c.simulated else "real-hardware")
-        allure.dynamic.tag(f"backend:{c.backend}")
-        if request.node.get_closest_marker("destructive") and not c.simulated:
-            allure.dynamic.tag("changed-shared-state")  # ran with --allow-destructive
-        real = len(c.real.nodes) if getattr(c, "real", None) is not None else 0
-        kind = c.backend + (f" + {real} real node{'s' if real > 1 else ''}" if real else "")
-        allure.dynamic.parent_suite(f"{kind} / profile {c.profile.name}")
-    elif request.node.path.parent.name == "suites":   # a check of this machine (no cluster): not a lone "suites"
-        profile = request.config.stash.get(PROFILE, None)
-        allure.dynamic.parent_suite("this machine" + (f" / profile {profile.name}" if profile else ""))
-    yield
+def show_figure(figure: Figure) -> None:
+    """A figure on its check's own page (passed or failed), beside its threshold."""
+    allure.dynamic.parameter(figure.name, figure.shown())
 
 
 def plain_failure(excinfo) -> None:
@@ -161,46 +132,38 @@ def plain_failure(excinfo) -> None:
             err.args = (msg,) + err.args[1:]
 
 
-# trylast: the innermost wrapper, so this runs before allure-pytest reads the outcome.
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_runtest_makereport(item, call):
-    if call.excinfo is not None and item.nodeid.startswith("suites/"):
-        plain_failure(call.excinfo)
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when == "setup":
-        # After allure-pytest has named the result (it overwrites what set-up fixtures set), and
-        # also for a check whose set-up failed.
-        allure.dynamic.title(sentence(item))
-        # The pytest id, for a reader (or a self-test) who wants the check behind a sentence title.
-        allure.dynamic.label("pytest.id", item.name)
-        doc = description(item)
-        if doc:
-            allure.dynamic.description_html(as_html(doc))
-    if rep.when != "call" or not rep.failed:
-        return
-    c = _cluster(item)
-    if c is None:
-        return
+def name_result(item) -> None:
+    """The check's title, pytest id and description on its result (after allure-pytest named it)."""
+    allure.dynamic.title(sentence(item))
+    # The pytest id, for a reader (or a self-test) who wants the check behind a sentence title.
+    allure.dynamic.label("pytest.id", item.name)
+    doc = description(item)
+    if doc:
+        allure.dynamic.description_html(as_html(doc))
+
+
+def attach_cluster_state(c, ready: Callable[[dict], bool]) -> None:
+    """A failed check's cluster summary and the events of this run's namespaces (``c``: the run's cluster)."""
     try:
-        allure.attach(cluster_summary(c.api, c.profile.pool_label, names=c.simulated), "cluster summary",
-                      allure.attachment_type.TEXT)
+        allure.attach(cluster_summary(c.api, c.profile.pool_label, names=c.simulated, ready=ready),
+                      "cluster summary", allure.attachment_type.TEXT)
         allure.attach(run_events(c.api, c.run_id), "events in this run's namespaces", allure.attachment_type.TEXT)
     except Exception as e:  # the report must never hide the real failure
         allure.attach(f"could not gather cluster state: {e}", "cluster state error",
                       allure.attachment_type.TEXT)
 
 
-def cluster_summary(api: client.ApiClient, pool_label: str, names: bool) -> str:
-    """Nodes per pool and readiness: a table, not 7,500 lines. Node names (of those not Ready)
-    only on a simulated cluster: on a shared one the harness reports counts, not other tenants' nodes."""
+def cluster_summary(api: client.ApiClient, pool_label: str, names: bool, ready: Callable[[dict], bool]) -> str:
+    """Nodes per pool and readiness (``ready``: a node's Ready condition): a table, not 7,500 lines. Node
+    names (of those not Ready) only on a simulated cluster: on a shared one the harness reports counts,
+    not other tenants' nodes."""
     rows: Counter = Counter()
     not_ready = []
     for n in list_all(api, "/api/v1/nodes"):
         pool = (n["metadata"].get("labels") or {}).get(pool_label, "(no pool label)")
-        ready = has_ready_condition(n)
-        rows[(pool, ready)] += 1
-        if not ready and len(not_ready) < 50:
+        is_ready = ready(n)
+        rows[(pool, is_ready)] += 1
+        if not is_ready and len(not_ready) < 50:
             not_ready.append(n["metadata"]["name"])
     lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
     for pool in sorted({p for p, _ in rows}):
@@ -223,32 +186,13 @@ def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
         for e in events[-limit:]) or "(no events)"
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write Allure's environment.properties: versions, profile, hardware, run id."""
-    alluredir = session.config.getoption("allure_report_dir", None)
-    if not alluredir:
-        return
-    stash = session.config.stash
-    env = {"run.id": stash.get(RUN_ID, "?"),
-           "kubernetes.toolchain": toolchain.KUBERNETES_VERSION,
-           "kwok.toolchain": toolchain.KWOK_VERSION,
-           "scheduler-plugins.toolchain": toolchain.SCHEDULER_PLUGINS_VERSION,
-           "prometheus.toolchain": toolchain.prometheus_release()}
-    env["allow.destructive"] = str(bool(session.config.getoption("allow_destructive", False))).lower()
-    profile = stash.get(PROFILE, None)
-    if profile is not None:
-        env.update({"profile": profile.name, "profile.nodes": str(profile.nodes)})
-    c = stash.get(CLUSTER, None)
-    path = Path(alluredir)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "categories.json").write_text(json.dumps(CATEGORIES, indent=2))
-    if c is None:
-        if (path / "environment.properties").exists():
+def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -> None:
+    """Allure's environment.properties (and clusterproof-run.json, the same as JSON) and categories.json."""
+    alluredir.mkdir(parents=True, exist_ok=True)
+    (alluredir / "categories.json").write_text(json.dumps(CATEGORIES, indent=2))
+    if not has_cluster:
+        if (alluredir / "environment.properties").exists():
             return  # a run without a cluster must not hide the one that had one
-        env["hardware"] = "no cluster used"
-    else:
-        env.update(c.describe())
-    env.update(stash.get(EXTRA_ENV, {}))   # what suites add (e.g. which GPUs the preflight checks used)
-    (path / "environment.properties").write_text(
-        "".join(f"{k}={v}\n" for k, v in sorted(env.items())))
-    (path / "clusterproof-run.json").write_text(json.dumps(env, indent=2))
+        env = {**env, "hardware": "no cluster used"}
+    (alluredir / "environment.properties").write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    (alluredir / "clusterproof-run.json").write_text(json.dumps(env, indent=2))

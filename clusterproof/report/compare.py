@@ -30,6 +30,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from clusterproof.core.measurement import Figure
+
 SCHEMA = "clusterproof.summary/v1"
 REGRESSION_EXIT = 6   # pytest uses 0-5; 6: the checks passed but the run regressed against its baseline
 BAD = ("failed", "error", "xpassed")
@@ -191,15 +193,21 @@ def merge(runs: list[dict]) -> dict:
             "checks": checks, "figures": figures}
 
 
+def figures_of(summary: dict) -> dict[str, Figure]:
+    """A summary's figures by key, as typed figures (the run's own, or a baseline's median)."""
+    return {key: Figure.from_json(d, key) for key, d in summary.get("figures", {}).items()}
+
+
 def compare(baseline: dict, candidate: dict, tol: Tolerance) -> Comparison:
+    """The candidate's figures against the baseline's (both read back as ``Figure``s), and the checks
+    whose outcome changed."""
     rows = []
-    base_f, now_f = baseline.get("figures", {}), candidate.get("figures", {})
+    base_f, now_f = figures_of(baseline), figures_of(candidate)
     for key in list(now_f) + [k for k in base_f if k not in now_f]:
         f = now_f.get(key) or base_f[key]
-        b = _finite(base_f[key].get("value")) if key in base_f else None
-        n = _finite(now_f[key].get("value")) if key in now_f else None
-        row = Row(key, f.get("unit", ""), f.get("better", "none"), b, n)
-        rows.append(judge(row, tol))
+        b = base_f[key].value if key in base_f else None
+        n = now_f[key].value if key in now_f else None
+        rows.append(judge(Row(key, f.unit, f.direction, b, n), tol))
     order = {"regressed": 0, "improved": 1, "within tolerance": 2, "not judged": 3, "new": 4, "gone": 5}
     rows.sort(key=lambda r: (order[r.verdict], -abs(r.change_pct or 0)))
     flips = []

@@ -10,97 +10,63 @@ this run with an earlier summary (or the median of a folder of them, see
 and a regression beyond tolerance ends the run with exit status 6 even when
 every check passed.
 
-Figures come from ``clusterproof.report.allure.measured`` (what each check shows beside
-its threshold) and the time each suite took (``clusterproof.report.timing``).
+The session's state is one ``ReportSession`` (created in ``pytest_configure``
+by ``clusterproof.fixtures.report``, which holds the hooks): the run's
+``Figures`` (``clusterproof.core.measurement``: what each check recorded
+through the ``figures`` fixture), each check's outcome, and the time each
+suite took (``clusterproof.report.timing``). summary.json is built from it.
+Pure: no pytest, no domain.
 """
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-from clusterproof.fixtures import CLUSTER, PROFILE, RUN_ID
+from clusterproof.core.measurement import Figures
 from clusterproof.report import compare
 from clusterproof.report import timing
 
 REPORTS = Path.cwd() / "reports"
 DEFAULT_SUMMARY = REPORTS / "summary.json"
-BASELINE = pytest.StashKey()   # the loaded baseline summary (dict), when --baseline was given
-
-_figures: dict[str, dict] = {}
-_checks: dict[str, dict] = {}
-_titles: dict[str, str] = {}
-_started = [time.time()]
-# Units whose smaller value is better, and whose larger is. A ceiling (<=) makes a figure "lower is
-# better" whatever its unit (latency, 5xx count); a floor (>=) only for a rate -- a count that must
-# reach a number ("at least one 429", "every planned pod") is a verdict, not a figure to improve.
-# Anything else is shown, never judged.
-_LOWER_UNITS = {"s", "ms", "MiB", "B", "B/s", "bytes"}
-_HIGHER_UNITS = {"pods/s", "nodes/s"}
+BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
 
 
-def better_of(unit: str, threshold: float | None, op: str) -> str:
-    if threshold is not None and op in ("<=", "<"):
-        return "lower"
-    if unit in _HIGHER_UNITS and op != "==":
-        return "higher"
-    if threshold is None and unit in _LOWER_UNITS:
-        return "lower"
-    return "none"
+@dataclass
+class ReportSession:
+    """What the report keeps for one pytest session (never in module globals: two sessions in one
+    process -- pytester, a self-test -- each have their own)."""
+    figures: Figures = field(default_factory=Figures)
+    checks: dict[str, dict] = field(default_factory=dict)     # nodeid -> {title, outcome, message}
+    titles: dict[str, str] = field(default_factory=dict)      # nodeid -> the check's sentence
+    timing: timing.Timing = field(default_factory=timing.Timing)
+    started: float = field(default_factory=time.time)
+    baseline: dict | None = None                              # the loaded --baseline
+    summary_path: Path | None = None                          # written at the end of a suite run
+    summary: dict | None = None
+    comparison: compare.Comparison | None = None
+
+    def log_outcome(self, report) -> None:
+        """One phase's report (a pytest TestReport) -> the check's outcome and its message."""
+        outcome = outcome_of(report)
+        if outcome is None:
+            return
+        entry = self.checks.setdefault(report.nodeid, {"title": self.titles.get(report.nodeid, report.nodeid)})
+        if report.when == "teardown" and entry.get("outcome") in ("failed", "skipped", "xfailed"):
+            return   # the check's own verdict stands; a teardown error of a failed check adds nothing
+        entry["outcome"] = outcome
+        if outcome in BAD_OR_SKIPPED and report.longrepr is not None:
+            msg = getattr(report, "wasxfail", "") or first_line(report)
+            entry["message"] = msg[:300]
+
+    def is_suite_run(self) -> bool:
+        """A run of the suites (self-tests keep no summary: they drive suites in runs of their own)."""
+        return any(nodeid.startswith("suites/") for nodeid in self.checks)
 
 
-def _current_check() -> str:
-    """The check being run (pytest sets PYTEST_CURRENT_TEST to 'nodeid (phase)')."""
-    return os.environ.get("PYTEST_CURRENT_TEST", "outside a check").rsplit(" (", 1)[0]
-
-
-def record(name: str, value, unit: str, threshold: float | None = None, op: str = "<=",
-           better: str | None = None, headline: bool = False) -> None:
-    """One figure of the check being run (called by ``clusterproof.report.allure.measured``)."""
-    check = _current_check()
-    try:
-        v = float(value) if value is not None else None
-    except (TypeError, ValueError):
-        v = None
-    if v is not None and not math.isfinite(v):
-        v = None
-    _figures[f"{check} :: {name}"] = {
-        "check": check, "name": name, "value": v, "unit": unit,
-        "better": better or better_of(unit, threshold, op),
-        "threshold": threshold, "op": op if threshold is not None else None, "headline": headline}
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("clusterproof")
-    g.addoption("--baseline", default=None, metavar="PATH",
-                help="compare this run with an earlier run's reports/summary.json (or a folder of them: "
-                     "their median); exit 6 if a figure regressed beyond the profile's tolerance or a check "
-                     "that passed there fails now")
-    g.addoption("--summary", default=str(DEFAULT_SUMMARY), metavar="PATH",
-                help=f"where to write this run's summary (default {DEFAULT_SUMMARY.relative_to(REPORTS.parent)})")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    path = config.getoption("baseline", None)
-    if path:
-        try:
-            config.stash[BASELINE] = compare.load(path)
-        except compare.SummaryError as e:
-            raise pytest.UsageError(f"clusterproof: {e}") from None
-
-
-def pytest_collection_modifyitems(items) -> None:
-    from clusterproof.report.allure import sentence
-    for item in items:
-        _titles[item.nodeid] = sentence(item)
-
-
-def outcome_of(report: pytest.TestReport) -> str | None:
+def outcome_of(report) -> str | None:
     """A check's outcome from one phase's report; None when this phase decides nothing."""
     xfail = hasattr(report, "wasxfail")
     if report.when == "call":
@@ -114,21 +80,7 @@ def outcome_of(report: pytest.TestReport) -> str | None:
     return None
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    outcome = outcome_of(report)
-    if outcome is None:
-        return
-    entry = _checks.setdefault(report.nodeid, {"title": _titles.get(report.nodeid, report.nodeid)})
-    if report.when == "teardown" and entry.get("outcome") in ("failed", "skipped", "xfailed"):
-        return   # the check's own verdict stands; a teardown error of a failed check adds nothing
-    entry["outcome"] = outcome
-    if outcome in ("failed", "error", "xfailed", "skipped") and report.longrepr is not None:
-        msg = getattr(report, "wasxfail", "") or _first_line(report)
-        entry["message"] = msg[:300]
-
-
-def _first_line(report) -> str:
+def first_line(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         return crash.message.strip().splitlines()[0] if crash.message.strip() else ""
@@ -137,55 +89,39 @@ def _first_line(report) -> str:
     return str(report.longrepr).strip().splitlines()[-1] if str(report.longrepr).strip() else ""
 
 
-def build(config: pytest.Config, exitstatus: int) -> dict:
-    profile = config.stash.get(PROFILE, None)
-    c = config.stash.get(CLUSTER, None)
-    figures = dict(_figures)
-    for row in timing.rows(profile):
-        if row["suite"].startswith("total"):
-            continue
-        key = f"time :: {row['suite']}"
-        figures[key] = {"check": "time per suite", "name": row["suite"], "value": row["seconds"], "unit": "s",
-                        "better": "lower", "threshold": row["budget_s"], "op": "<=" if row["budget_s"] else None,
-                        "headline": False}
-    run = {"id": config.stash.get(RUN_ID, "?"), "profile": getattr(profile, "name", None),
+def build(state: ReportSession, profile, cluster, run_id: str, exitstatus: int) -> dict:
+    """summary.json: the run's facts, every check's outcome, and every figure of the store (each suite's
+    time among them)."""
+    for f in state.timing.figures(profile):
+        state.figures.add(f)
+    c = cluster
+    run = {"id": run_id, "profile": getattr(profile, "name", None),
            "nodes": getattr(profile, "nodes", None),
            "kubernetes": (c.server_version if c is not None else None)
            or getattr(profile, "kubernetes_version", None),
            "backend": getattr(c, "backend", None), "simulated": getattr(c, "simulated", None),
            "real_nodes": len(c.real.nodes) if getattr(c, "real", None) is not None else 0,
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_started[0])),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.started)),
            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "seconds": round(time.time() - _started[0], 1), "pytest_exit": int(exitstatus)}
-    return {"schema": compare.SCHEMA, "run": run, "checks": dict(sorted(_checks.items())), "figures": figures}
+           "seconds": round(time.time() - state.started, 1), "pytest_exit": int(exitstatus)}
+    return {"schema": compare.SCHEMA, "run": run, "checks": dict(sorted(state.checks.items())),
+            "figures": state.figures.to_json()}
 
 
-def _is_suite_run(session: pytest.Session) -> bool:
-    """A run of the suites (self-tests keep no summary: they drive suites in runs of their own)."""
-    return any(nodeid.startswith("suites/") for nodeid in _checks)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    if not _is_suite_run(session) or hasattr(config, "workerinput"):
-        return
-    summary = build(config, exitstatus)
-    path = Path(config.getoption("summary"))
+def write(state: ReportSession, path: Path, summary: dict, baseline_path: str | None, tolerance,
+          alluredir: str | None) -> None:
+    """summary.json written; with a baseline, the comparison too (comparison.json, and a result of its
+    own in the Allure results)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1))
-    config._cp_summary = (path, summary)
-    baseline = config.stash.get(BASELINE, None)
-    if baseline is None:
+    state.summary_path, state.summary = path, summary
+    if state.baseline is None:
         return
-    profile = config.stash.get(PROFILE, None)
-    c = compare.compare(baseline, summary, compare.Tolerance.of(profile))
+    c = compare.compare(state.baseline, summary, tolerance)
     (path.parent / "comparison.json").write_text(json.dumps(c.to_json(), indent=1))
-    config._cp_comparison = c
-    alluredir = config.getoption("allure_report_dir", None)
+    state.comparison = c
     if alluredir:
-        attach_comparison(Path(alluredir), c, config.getoption("baseline"))
-    if c.regressed and session.exitstatus == 0:
-        session.exitstatus = compare.REGRESSION_EXIT
+        attach_comparison(Path(alluredir), c, baseline_path)
 
 
 def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str) -> None:
@@ -288,15 +224,3 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
     return out
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    held = getattr(config, "_cp_summary", None)
-    if held is None:
-        return
-    path, summary = held
-    tr = terminalreporter
-    tr.section("clusterproof summary")
-    for line in terminal_lines(summary, getattr(config, "_cp_comparison", None)):
-        tr.write_line(line)
-    tr.write_line(f"summary: {path}" + ("; comparison: " + str(path.parent / "comparison.json")
-                                        if getattr(config, "_cp_comparison", None) else ""))

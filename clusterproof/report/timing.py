@@ -6,29 +6,22 @@ the embedded cluster's bring-up ``budget_bringup_s``). pytest's
 ``--durations`` lists tests; an SRE planning a nightly slot needs suites.
 Over budget is reported, not failed: time is a benchmark figure here, not a
 verdict on the cluster. The table also goes into the Allure results
-(``timing.json``) for the report.
+(``timing.json``) for the report, and each suite's time is a figure of the
+run's summary (``Timing.figures``).
+
+Pure: the session's ``Timing`` is fed by the report's hooks
+(``clusterproof.fixtures.report``).
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
-from clusterproof.fixtures import BRINGUP_S, PROFILE
+from clusterproof.core.measurement import LOWER, Figure
 
 BRINGUP = "embedded cluster bring-up"
-_durations: dict[str, float] = defaultdict(float)
-_tests: dict[str, int] = defaultdict(int)
-_started = [time.monotonic()]
-_bringup = [0.0]
-_config = []
-
-
-def pytest_configure(config) -> None:
-    _config.append(config)
+TIME_CHECK = "time"   # the figures' check: their keys read "time :: <suite>"
 
 
 def suite_of(nodeid: str) -> str:
@@ -36,53 +29,57 @@ def suite_of(nodeid: str) -> str:
     return Path(nodeid.split("::", 1)[0]).stem.removeprefix("test_")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    suite = suite_of(report.nodeid)
-    _durations[suite] += report.duration
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        _tests[suite] += 1
-    # The session fixture that built the cluster ran inside this set-up: move it out of the suite.
-    seconds = _config[0].stash.get(BRINGUP_S, 0.0) if _config else 0.0
-    if report.when == "setup" and seconds and not _bringup[0]:
-        _bringup[0] = seconds
-        _durations[suite] -= seconds
+class Timing:
+    """One session's time per suite (the bring-up moved out of the suite whose set-up paid for it)."""
+
+    def __init__(self) -> None:
+        self.durations: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.started = time.monotonic()
+        self.bringup = 0.0
+
+    def log(self, nodeid: str, when: str, outcome: str, duration: float, bringup_s: float = 0.0) -> None:
+        """One phase of one check; ``bringup_s``: the embedded cluster's bring-up, once it is known."""
+        suite = suite_of(nodeid)
+        self.durations[suite] += duration
+        if when == "call" or (when == "setup" and outcome != "passed"):
+            self.tests[suite] += 1
+        # The session fixture that built the cluster ran inside this set-up: move it out of the suite.
+        if when == "setup" and bringup_s and not self.bringup:
+            self.bringup = bringup_s
+            self.durations[suite] -= bringup_s
+
+    def rows(self, profile) -> list[dict]:
+        out = []
+        if self.bringup:
+            out.append({"suite": BRINGUP, "seconds": round(self.bringup, 1), "tests": None,
+                        "budget_s": getattr(profile, "budget_bringup_s", None) or None})
+        for suite, secs in self.durations.items():
+            out.append({"suite": suite, "seconds": round(secs, 1), "tests": self.tests[suite],
+                        "budget_s": getattr(profile, f"budget_{suite}_s", None) or None})
+        out.append({"suite": "total (wall clock)", "seconds": round(time.monotonic() - self.started, 1),
+                    "tests": None, "budget_s": getattr(profile, "budget_total_s", None) or None})
+        for r in out:
+            r["over_budget"] = bool(r["budget_s"]) and r["seconds"] > r["budget_s"]
+        return out
+
+    def figures(self, profile) -> list[Figure]:
+        """Each suite's time (and the bring-up's) as a figure against its budget, lower is better."""
+        return [Figure(TIME_CHECK, r["suite"], r["seconds"], "s", r["budget_s"], "<=" if r["budget_s"] else None,
+                       LOWER) for r in self.rows(profile) if not r["suite"].startswith("total")]
 
 
-def rows(profile) -> list[dict]:
-    out = []
-    if _bringup[0]:
-        out.append({"suite": BRINGUP, "seconds": round(_bringup[0], 1), "tests": None,
-                    "budget_s": getattr(profile, "budget_bringup_s", None) or None})
-    for suite, secs in _durations.items():
-        out.append({"suite": suite, "seconds": round(secs, 1), "tests": _tests[suite],
-                    "budget_s": getattr(profile, f"budget_{suite}_s", None) or None})
-    out.append({"suite": "total (wall clock)", "seconds": round(time.monotonic() - _started[0], 1), "tests": None,
-                "budget_s": getattr(profile, "budget_total_s", None) or None})
-    for r in out:
-        r["over_budget"] = bool(r["budget_s"]) and r["seconds"] > r["budget_s"]
-    return out
-
-
-def _fmt(secs: float | None) -> str:
+def fmt(secs: float | None) -> str:
     if secs is None:
         return "-"
     return f"{int(secs // 60)}:{secs % 60:04.1f}" if secs >= 60 else f"{secs:.1f} s"
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    profile = config.stash.get(PROFILE, None)
-    table = rows(profile)
-    if len(table) <= 1:
-        return
-    tr = terminalreporter
-    tr.section(f"time per suite (profile {getattr(profile, 'name', '?')})")
-    tr.write_line(f"{'suite':32} {'tests':>6} {'time':>10} {'budget':>10}")
-    for r in table:
+def table_lines(rows: list[dict]) -> list[str]:
+    """The table for the terminal."""
+    out = [f"{'suite':32} {'tests':>6} {'time':>10} {'budget':>10}"]
+    for r in rows:
         flag = "  OVER BUDGET" if r["over_budget"] else ""
         tests = "" if r["tests"] is None else str(r["tests"])
-        tr.write_line(f"{r['suite']:32} {tests:>6} {_fmt(r['seconds']):>10} {_fmt(r['budget_s']):>10}{flag}")
-    alluredir = config.getoption("allure_report_dir", None)
-    if alluredir:
-        Path(alluredir).mkdir(parents=True, exist_ok=True)
-        (Path(alluredir) / "timing.json").write_text(json.dumps(table, indent=2))
+        out.append(f"{r['suite']:32} {tests:>6} {fmt(r['seconds']):>10} {fmt(r['budget_s']):>10}{flag}")
+    return out

@@ -42,7 +42,7 @@ def pytest_cmd(version: str, profile: str, summary: Path, alluredir: Path, extra
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clusterproof.report.upgrade",
+    ap = argparse.ArgumentParser(prog="python -m clusterproof.cluster.upgrade",
                                  description="Run PROFILE at FROM, then at TO compared with FROM.")
     ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.34.4")
     ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.35.4")

@@ -1,0 +1,93 @@
+"""Self-tests of the figures' one route (clusterproof.core.measurement): pure, no cluster.
+
+A figure is made once (by a check's recorder or a measurement's gather) and
+read by the Allure page, summary.json, bench JSON and the baseline comparison;
+these show that the typed figure survives each of those readers.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from clusterproof.core import measurement as m
+from clusterproof.core.measurement import Figure, Figures, Recorder
+from clusterproof.report import compare
+
+
+def test_a_figure_states_its_direction_and_verdict_from_its_threshold():
+    f = Figure.of("suites/test_x.py::test_y", "pod startup p99", 4.2, "s", 5.0)
+    assert (f.op, f.direction, f.verdict) == ("<=", "lower", "within")
+    assert f.key == "suites/test_x.py::test_y :: pod startup p99"
+    assert f.shown() == "4.2 s (threshold <= 5 s)"
+    assert Figure.of("c", "429s", 0, "", 1, ">=").verdict == "beyond"
+    assert Figure.of("c", "rate", 30, "pods/s").direction == "higher"
+    assert Figure.of("c", "nodes", 5, "nodes", 5, "==").direction == "none"
+    unmeasured = Figure.of("c", "p99", math.inf, "s", 5.0)
+    assert unmeasured.value is None and unmeasured.verdict is None and unmeasured.shown().startswith("n/a")
+    assert Figure.of("c", "n", "not a number", "").value is None
+    assert Figure.of("c", "spread", 1.0, "s", op=">=").op is None     # no threshold: no op
+
+
+def test_a_bad_direction_or_op_is_refused():
+    with pytest.raises(ValueError, match="direction 'up'"):
+        Figure("c", "n", 1.0, "s", direction="up")
+    with pytest.raises(ValueError, match="op '=>'"):
+        Figure("c", "n", 1.0, "s", 2.0, "=>")
+
+
+def test_the_store_keeps_one_figure_per_key_and_groups_them_by_check():
+    store = Figures()
+    shown = []
+    a = Recorder("suites/test_a.py::test_1", store, shown=shown.append)
+    b = Recorder("suites/test_a.py::test_2", store)
+    a.add("latency", 1.0, "s", 2.0)
+    a.add("latency", 1.5, "s", 2.0)     # again: replaces
+    a.add("count", 3, "pods")
+    b.add("latency", 9.0, "s", 2.0)
+    assert len(store) == 3 and [f.value for f in shown] == [1.0, 1.5, 3.0]
+    assert [f.name for f in store.for_check("suites/test_a.py::test_1")] == ["latency", "count"]
+    assert [f.value for f in b.all()] == [9.0] and b.all()[0].verdict == "beyond"
+
+
+def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_under_the_check():
+    class Count(m.Base):
+        def __init__(self):
+            self.events = []
+
+        def start(self):
+            self.events.append("start")
+
+        def gather(self):
+            return [m.figure("pods seen", 3, "pods"), m.figure("seconds", 1.25, "s")]
+
+        def dispose(self):
+            self.events.append("dispose")
+
+    c = Count()
+    assert isinstance(c, m.Measurement)
+    store = Figures()
+    with pytest.raises(RuntimeError), m.measuring(c):
+        raise RuntimeError("the load failed")
+    assert c.events == ["start", "dispose"]
+    Recorder("suites/test_b.py::test_c", store).extend(c.gather())
+    assert [f.key for f in store.all()] == ["suites/test_b.py::test_c :: pods seen",
+                                            "suites/test_b.py::test_c :: seconds"]
+
+
+def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_direction():
+    store = Figures([Figure.of("suites/t.py::a", "p99", 2.0, "s", 5.0, headline=True),
+                     Figure.of("suites/t.py::a", "nodes", 10, "nodes", 10, "==")])
+    data = json.loads(json.dumps(store.to_json()))
+    assert data["suites/t.py::a :: p99"] == {"check": "suites/t.py::a", "name": "p99", "value": 2.0, "unit": "s",
+                                             "better": "lower", "threshold": 5.0, "op": "<=", "headline": True,
+                                             "verdict": "within"}
+    assert Figures.from_json(data).all() == store.all()
+    # An old summary (no check, name or op): the key names them.
+    old = Figure.from_json({"value": 3.0, "unit": "s", "better": "lower"}, "suites/t.py::a :: p99")
+    assert (old.check, old.name, old.direction) == ("suites/t.py::a", "p99", "lower")
+    slower = Figures([Figure.of("suites/t.py::a", "p99", 4.0, "s", 5.0)])
+    c = compare.compare({"figures": data}, {"figures": slower.to_json()}, compare.Tolerance(pct=20))
+    assert [(r.key, r.verdict) for r in c.rows] == [("suites/t.py::a :: p99", "regressed"),
+                                                    ("suites/t.py::a :: nodes", "gone")]
