@@ -52,8 +52,9 @@ def _names(nodes: list[str]) -> str:
 
 
 @pytest.mark.smoke
-def test_every_planned_node_is_registered(pool, nodes_by_pool, profile):
+def test_every_planned_node_is_registered(pool, nodes_by_pool, profile, figures):
     present = {n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, [])}
+    figures.add("nodes registered", len(present), "nodes", pool.count, "==")
     if len(present) < pool.count:
         expected = {node_name(profile, pool, i) for i in range(pool.count)}
         missing = sorted(expected - present)
@@ -67,8 +68,10 @@ def test_every_planned_node_is_registered(pool, nodes_by_pool, profile):
 
 
 @pytest.mark.smoke
-def test_every_node_is_ready(pool, nodes_by_pool):
+def test_every_node_is_ready(pool, nodes_by_pool, figures):
     not_ready = [n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, []) if not is_ready(n)]
+    figures.add("nodes Ready and schedulable", len(nodes_by_pool.get(pool.name, [])) - len(not_ready), "nodes")
+    figures.add("nodes not Ready or still tainted", len(not_ready), "nodes", 0)
     assert not not_ready, (
         f"pool {pool.name}: {len(not_ready)} node(s) not Ready or still carrying "
         f"{'/'.join(t.rsplit('/', 1)[1] for t in LIFECYCLE_TAINTS)} taints: {_names(not_ready)}")
@@ -87,18 +90,19 @@ def _shape_errors(node: dict, pool) -> list[str]:
 
 
 @pytest.mark.smoke
-def test_every_node_has_its_pool_capacity(pool, nodes_by_pool):
+def test_every_node_has_its_pool_capacity(pool, nodes_by_pool, figures):
     bad = {}
     for n in nodes_by_pool.get(pool.name, []):
         errs = _shape_errors(n, pool)
         if errs:
             bad[n["metadata"]["name"]] = errs
+    figures.add("nodes without their pool's capacity", len(bad), "nodes", 0)
     assert not bad, f"pool {pool.name}: {len(bad)} node(s) misshaped: " + "; ".join(
         f"{name}: {', '.join(errs)}" for name, errs in sorted(bad.items())[:SHOW])
 
 
 @pytest.mark.smoke
-def test_every_node_has_its_pool_labels_and_taints(pool, nodes_by_pool, profile):
+def test_every_node_has_its_pool_labels_and_taints(pool, nodes_by_pool, profile, figures):
     managed = {profile.team_taint_key, profile.preflight_taint_key}
     want_taints = {(t.key, t.value, t.effect) for t in pool.taints}
     bad = {}
@@ -113,6 +117,7 @@ def test_every_node_has_its_pool_labels_and_taints(pool, nodes_by_pool, profile)
         errs += [f"unexpected taint {k}={v}:{e}" for k, v, e in sorted(have - want_taints)]
         if errs:
             bad[n["metadata"]["name"]] = errs
+    figures.add("nodes with wrong labels or taints", len(bad), "nodes", 0)
     assert not bad, f"pool {pool.name}: {len(bad)} node(s) with wrong labels/taints: " + "; ".join(
         f"{name}: {', '.join(errs)}" for name, errs in sorted(bad.items())[:SHOW])
 
@@ -141,7 +146,7 @@ def api_latency_window(cluster):
     return window, apimetrics.delta(apimetrics.histograms(after), apimetrics.histograms(before))
 
 
-def _check_slo(window_hist, verbs, scopes, threshold, what):
+def _check_slo(window_hist, verbs, scopes, threshold, what, figures):
     window, hist = window_hist
     assert hist is not None, (f"no {what} latency for {window}: the /metrics scrapes at both ends of the window "
                               "came from different kube-apiserver replicas, whose counters cannot be subtracted "
@@ -149,6 +154,9 @@ def _check_slo(window_hist, verbs, scopes, threshold, what):
     lat = apimetrics.latencies(hist, verbs, scopes)
     allure.attach("\n".join(map(str, lat)) or "(no calls)", f"{what} latency, {window}",
                   allure.attachment_type.TEXT)
+    figures.add(f"{what} calls in the window", sum(x.count for x in lat), "calls")
+    figures.add(f"{what} latency, worst p99 of a verb and resource", max((x.p99_s for x in lat), default=None), "s",
+                threshold, headline=True)
     assert lat, f"no {what} calls were recorded by the apiserver during {window}"
     slow = [x for x in lat if x.p99_s > threshold]
     assert not slow, (f"{what} latency SLO (p99 <= {threshold:g} s) broken during {window}: "
@@ -156,11 +164,15 @@ def _check_slo(window_hist, verbs, scopes, threshold, what):
 
 
 @pytest.mark.smoke
-def test_mutating_api_calls_meet_the_latency_slo(api_latency_window, profile):
+def test_mutating_api_calls_meet_the_latency_slo(api_latency_window, profile, cluster, figures):
+    """The window's load is the nodes' bring-up on the embedded cluster: its figures are recorded here
+    (how long the nodes took to come up, and at what rate)."""
+    if cluster.bringup is not None:
+        figures.extend(cluster.bringup.gather())
     _check_slo(api_latency_window, apimetrics.MUTATING_VERBS, apimetrics.SINGLE_OBJECT,
-               profile.slo_mutating_p99_s, "single-object mutating")
+               profile.slo_mutating_p99_s, "single-object mutating", figures)
 
 
 @pytest.mark.smoke
-def test_list_calls_meet_the_latency_slo(api_latency_window, profile):
-    _check_slo(api_latency_window, ("LIST",), None, profile.slo_list_p99_s, "LIST")
+def test_list_calls_meet_the_latency_slo(api_latency_window, profile, figures):
+    _check_slo(api_latency_window, ("LIST",), None, profile.slo_list_p99_s, "LIST", figures)

@@ -40,11 +40,13 @@ from clusterproof.core.waiting import wait_for
 
 @pytest.mark.smoke
 def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, namespace, run_id,
-                                                  profile):
+                                                  profile, figures):
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     [fits] = g.create_gangs(api, backend, namespace, run_id, {"fits": n}, dedicated, gpus)
     g.wait_gangs_settled(api, [fits], 1, profile.gang_bind_timeout_s,
                          f"gang fits ({n} pods on {n} free nodes) bound completely")
+    figures.add(f"gang of {n} on {n} free nodes: last create -> bound completely",
+                time.monotonic() - fits.created_last_at, "s", profile.gang_bind_timeout_s)
     g.delete_pods(api, namespace, fits.pods)
 
     # One node taken by a plain pod: the next gang is one pod larger than the free nodes.
@@ -53,12 +55,16 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
     [big] = g.create_gangs(api, backend, namespace, run_id, {"one-too-many": n}, dedicated, gpus)
     bound = g.watch_nothing_binds(api, namespace, big.pods, profile.gang_observe_s)
     state = g.GangState.read(api, [big])
+    figures.add(f"pods bound of a gang of {n} on {n - 1} free nodes", len(state.bound["one-too-many"]), "pods", 0)
     assert not bound and not state.bound["one-too-many"], g.partial_message(
         state, f"{n} pods on {n - 1} free nodes, watched for {profile.gang_observe_s:g} s")
 
     g.delete_pods(api, namespace, ["blocker"])
+    freed = time.monotonic()
     g.wait_gangs_settled(api, [big], 1, profile.gang_bind_timeout_s,
                          "gang one-too-many bound completely once a node was freed")
+    figures.add("node freed -> the waiting gang bound completely", time.monotonic() - freed, "s",
+                profile.gang_bind_timeout_s)
 
 
 # Known limitation, measured here: native gang scheduling in Kubernetes 1.35
@@ -74,7 +80,7 @@ NATIVE_HOLDS_NODES = pytest.mark.xfail(
 
 @pytest.mark.smoke
 def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace, run_id, profile,
-                                         request):
+                                         request, figures):
     if backend.name == "native":
         request.applymarker(NATIVE_HOLDS_NODES)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
@@ -86,9 +92,12 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
     state = g.wait_gangs_settled(
         api, gangs, fit, profile.gang_bind_timeout_s,
         f"{count} gangs of {size} created at once on {n} nodes: {fit} bound completely, the rest not at all")
+    figures.add(f"{count} gangs of {size} on {n} nodes: last create -> settled",
+                time.monotonic() - max(x.created_last_at for x in gangs), "s", profile.gang_bind_timeout_s)
     bound = g.watch_nothing_binds(api, namespace, [p for x in gangs if x.name in state.empty()
                                                    for p in x.pods], profile.gang_observe_s)
     after = g.GangState.read(api, gangs)
+    figures.add("gangs bound partially", len(after.partial()), "gangs", 0)
     assert not bound and not after.partial(), g.partial_message(
         after, f"within {profile.gang_observe_s:g} s after the gangs settled")
 
@@ -105,8 +114,11 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
     finished = next(x for x in gangs if x.name in state.complete())
     g.delete_pods(api, namespace, finished.pods)
     waiting = [x for x in gangs if x.name in state.empty()]
+    done = time.monotonic()
     g.wait_gangs_settled(api, waiting, 1, profile.gang_bind_timeout_s,
                          f"gang {waiting[0].name} admitted after gang {finished.name} finished")
+    figures.add("a gang finished -> the waiting gang bound completely", time.monotonic() - done, "s",
+                profile.gang_bind_timeout_s)
 
 
 # Known limitation, measured here: after its fixed 300 s timeout a native gang
@@ -122,7 +134,8 @@ NATIVE_REHOLDS = pytest.mark.xfail(
 
 
 @pytest.mark.smoke
-def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile, request):
+def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile, request,
+                                          figures):
     """A gang that cannot be completed holds its nodes only until its schedule timeout, then gives them back.
 
     Deterministic, not a race: the plain pods that must get the nodes are
@@ -142,6 +155,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     with g.explain_partial(api, [held], "the gang's schedule timeout never fired", holding=True):
         g.wait_timed_out(api, held, timeout_s + 60)
     released = time.monotonic() - t0
+    figures.add("gang created -> its schedule timeout fired", released, "s", timeout_s + 60)
     plain = [f"plain-{i}" for i in range(n)]
     created = g.create_pods(api, namespace, [g.rank(p, run_id, backend.scheduler_name, dedicated, gpus,
                                                     {"clusterproof.io/plain": "true"}) for p in plain])
@@ -150,9 +164,13 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
                                   "plain pods created after gang never-complete timed out bound on its nodes")
     except AssertionError as e:
         said = g.pod_events(api, namespace, "FailedScheduling", created)
+        figures.add("schedule timeout -> plain pods bound on the gang's nodes", None, "s",
+                    profile.gang_bind_timeout_s)
         raise AssertionError(f"gang never-complete took its nodes back right after its schedule timeout fired "
                              f"({released:.0f} s after its pods were created): {str(e).splitlines()[0]}; the "
                              f"scheduler said of plain-0: {(said.get('plain-0') or ['nothing'])[-1]}") from None
+    figures.add("schedule timeout -> plain pods bound on the gang's nodes", time.monotonic() - t0 - released, "s",
+                profile.gang_bind_timeout_s)
     taken_back = g.watch_nothing_binds(api, namespace, held.pods, profile.gang_observe_s)
     state = g.GangState.read(api, [held])
     allure.attach(json.dumps({"schedule_timeout_s": timeout_s, "timed_out_after_s": round(released, 1),
@@ -180,7 +198,7 @@ NATIVE_SCALE = pytest.mark.xfail(
 
 @pytest.mark.smoke
 @pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
-def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request):
+def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request, figures):
     """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight (simulated), or over
     the shared pool (real hardware: a guest's pods never tolerate a team's taint -- the team nodes are the
     teams', and the cluster's admission may refuse such pods).
@@ -211,9 +229,18 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
                            timeout_s=profile.gang_scale_timeout_s)
     # Native gangs above the limit cannot form within their fixed timeout: the wait ends when the
     # scheduler says the gang timed out, with the measurement, instead of sitting out the bound.
-    all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s,
-                                       give_up_on_timeout=backend.name == "native")
+    bound_at: dict[str, float] = {}
+    try:
+        all_bound_at = g.watch_until_bound(api, big, profile.gang_scale_timeout_s,
+                                           give_up_on_timeout=backend.name == "native", bound_at=bound_at)
+    finally:
+        figures.add("pods of the gang bound", len(bound_at), "pods", size, ">=")
+        if bound_at:
+            figures.add("last create -> first bind", min(bound_at.values()) - big.created_last_at, "s")
+            figures.add("bind spread (first -> last bind)", max(bound_at.values()) - min(bound_at.values()), "s")
     latency = all_bound_at - big.created_last_at
+    figures.add(f"admission latency of a gang of {size} (last create -> all bound)", latency, "s",
+                profile.gang_scale_timeout_s, headline=True)
     state = g.GangState.read(api, [big])
     figure = {"backend": backend.name, "scheduler": backend.scheduler_name, "profile": profile.name,
               "nodes": profile.nodes, "gang_size": size, "usable_nodes": usable,

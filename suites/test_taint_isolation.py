@@ -33,6 +33,8 @@ naming the node and the pod.
 """
 from __future__ import annotations
 
+import time
+
 import allure
 import pytest
 from kubernetes import client
@@ -98,7 +100,7 @@ def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:
 @pytest.mark.smoke
 @pytest.mark.destructive  # whole-node pods on every free node of the shared pool
 def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolation, namespace, run_id,
-                                                                 profile):
+                                                                 profile, figures):
     api, n = cluster.api, profile.taint_untolerated_pods
     names = [f"untolerated-{i:05d}" for i in range(n)]
     # An informer, not a LIST per poll: at 3,000 pods polling would cost more than the scheduler.
@@ -107,6 +109,7 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
     try:
         created = create_pods(api, namespace, [check_pod(x, run_id, "untolerated", gpus=profile.node_gpus)
                                                for x in names])
+        t0 = time.monotonic()
         placed, events = pl.wait_settled(
             api, namespace, created, profile.taint_timeout_s,
             f"{n} whole-node pods without team toleration bound or refused by the scheduler",
@@ -114,6 +117,8 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
                               {p["metadata"]["name"]: p["spec"].get("nodeName") for p in watch.snapshot()})[1])
     finally:
         watch.stop()
+    figures.add(f"{n} pods created -> each bound or refused by the scheduler", time.monotonic() - t0, "s",
+                profile.taint_timeout_s, headline=True)
     nodes = pl.read_nodes(api, profile.pool_label)
     _placement(cluster, isolation, [namespace], {}, "pods without team toleration")
     guarded = sum(1 for i in nodes.values() if i.pool.startswith("team-") and i.has_taint(profile.team_taint_key)
@@ -141,12 +146,15 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
                        f"taints, but {guarded} schedulable team nodes carry their taint ({msgs[-1]})")
     allure.attach(f"pods: {n}, bound: {n - pending}, Pending with untolerated-taint event: {pending}, "
                   f"team nodes carrying their taint: {guarded}", "summary", allure.attachment_type.TEXT)
+    figures.add("pods bound (untainted nodes)", n - pending, "pods")
+    figures.add("pods Pending (refused for untolerated taints)", pending, "pods")
+    figures.add("pods misplaced", len(bad), "pods", 0)
     assert not bad, f"{len(bad)} pod(s) without team toleration misplaced: " + _names(bad)
 
 
 @pytest.mark.smoke
 def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster, isolation, team_ns,
-                                                                        run_id, profile):
+                                                                        run_id, profile, figures):
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     has_shared = "shared" in isolation.pool_of.values()
     unrelated = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
@@ -174,9 +182,11 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
         if unrelated not in admitted[ns][f"{team}-pretolerated"]["spec"]["tolerations"]:
             wrong_tols.append(f"pod {ns}/{team}-pretolerated lost its own toleration "
                               f"{describe_toleration(unrelated)} in admission")
+    t0 = time.monotonic()
     settled = {ns: pl.wait_settled(api, ns, admitted[ns], profile.taint_timeout_s,
                                   f"team pods in {ns} bound (or, if sent to another team's pool, refused)",
                                   bound=required[ns]) for ns in admitted}
+    figures.add("team pods created -> each bound or refused (all teams)", time.monotonic() - t0, "s")
     _placement(cluster, isolation, list(admitted), _team_of(team_ns), "team pods")
     bad = []  # placement breaches; each kind is listed (and cut at SHOW) on its own
     for ns, (now, ev) in settled.items():
@@ -191,6 +201,8 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
                                f"(last: {(ev.get(name) or ['none'])[-1]})")
             elif node and pool not in (f"team-{team}", "shared"):
                 bad.append(f"pod {ns}/{name} of team {team} landed on node {node} of pool {pool}")
+    figures.add("team pods on nodes they may not use", len(bad), "pods", 0)
+    figures.add("team pods with wrong tolerations", len(wrong_tols), "pods", 0)
     parts = ([f"{len(bad)} on nodes they may not use: " + _names(bad)] if bad else []) + (
         [f"{len(wrong_tols)} with wrong tolerations: " + _names(wrong_tols)] if wrong_tols else [])
     assert not parts, "team pods: " + " | ".join(parts)
@@ -198,7 +210,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
 
 @pytest.mark.smoke
 def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team_ns, namespace, run_id,
-                                                        profile, foreign_mode):
+                                                        profile, foreign_mode, figures):
     """``reject``: the create is refused. ``correct``: the pod is created without the toleration
     (and so stays off the other team's nodes). Adding one to a running pod is refused either way
     (``correct`` also accepts an update that admission strips)."""
@@ -264,13 +276,14 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
                            "after admission corrected it")
     allure.attach("\n".join(outcome), "admission outcome per attempt", allure.attachment_type.TEXT)
     _placement(cluster, isolation, [*team_ns.values(), namespace], _team_of(team_ns), "foreign-toleration attempts")
+    figures.add(f"foreign tolerations not {foreign_mode}ed", len(bad), "", 0)
     assert not bad, f"{len(bad)} foreign toleration(s) not {foreign_mode}ed: " + _names(bad)
 
 
 @pytest.mark.smoke
 @pytest.mark.destructive  # takes idle team GPU nodes and preempts on them
 def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, isolation, team_ns, namespace,
-                                                                    run_id, profile):
+                                                                    run_id, profile, figures):
     api, rules, teams, k = cluster.api, isolation.rules, list(profile.teams), profile.taint_borrow_nodes
     low = profile.low_priority_class
 
@@ -286,8 +299,11 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
         for name, team in lows.items()])
     bad = [why for pod in admitted.values()
            if (why := _exact(rules, pod, [rules.toleration(x) for x in teams]))]
+    t0 = time.monotonic()
     now, _ = pl.wait_settled(api, namespace, admitted, profile.taint_timeout_s,
                              f"{len(lows)} low-priority pods bound on idle team nodes", bound=set(lows))
+    figures.add("low-priority pods created -> bound on idle team nodes", time.monotonic() - t0, "s",
+                profile.taint_timeout_s)
     for name, team in lows.items():
         node = now[name]
         if node not in chosen[team]:
@@ -296,7 +312,7 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
     _placement(cluster, isolation, [namespace], {}, "low-priority pods borrowing idle team nodes")
 
     # The teams want their nodes back: one whole-node pod per borrowed node.
-    wanted = {}
+    wanted, t0 = {}, time.monotonic()
     for team in teams:
         wanted[team_ns[team]] = create_pods(api, team_ns[team], [
             check_pod(f"{team}-reclaim-{i}", run_id, "reclaim", gpus=profile.node_gpus, hostnames=chosen[team])
@@ -309,6 +325,8 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
             left = check_pods(api, namespace, "borrow")
             still = [f"{n} on {p['spec'].get('nodeName')}" for n, p in left.items() if not terminating(p)]
             bad.append(f"{str(e).splitlines()[0]}; low-priority pods not preempted: {', '.join(still) or 'none'}")
+    figures.add("team pods created -> bound on their reclaimed nodes (preemption, all teams)",
+                time.monotonic() - t0, "s")
     _placement(cluster, isolation, list(team_ns.values()), _team_of(team_ns), "teams reclaiming their nodes")
     left = check_pods(api, namespace, "borrow")
     for name, pod in left.items():
@@ -320,6 +338,7 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
                  timeout=30, interval=1, what="a Preempted event for every low-priority pod")
     except AssertionError as e:
         bad.append(str(e))
+    figures.add("borrowing/preemption problems", len(bad), "", 0)
     assert not bad, f"{len(bad)} borrowing/preemption problem(s): " + _names(bad)
 
 
@@ -337,7 +356,7 @@ def _scratch(cluster, profile, run_id, tag, taints=()):
 @pytest.mark.smoke
 @pytest.mark.destructive  # taints a node
 def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluster, isolation, team_ns,
-                                                                          namespace, run_id, profile):
+                                                                          namespace, run_id, profile, figures):
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team = teams[0]
     node = _scratch(cluster, profile, run_id, f"evict-{run_id[-4:]}-{namespace[-4:]}")
@@ -370,12 +389,15 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
             if bad:
                 pytest.fail(f"taint eviction on node {node.name}: " + _names(bad) + f" (then: {e})", pytrace=False)
             pytest.skip(str(e))
-        victims = {(ns, name) for ns, name, _ in plan}
+        victims, t0 = {(ns, name) for ns, name, _ in plan}, time.monotonic()
         try:
             wait_for(lambda: {(ns, n) for ns, n in victims if terminating(check_pods(api, ns, "evict").get(n))},
                      until=lambda gone: gone == victims, timeout=profile.taint_timeout_s, interval=0.5,
                      what=f"pods without a NoExecute toleration evicted from {node.name}")
+            figures.add("NoExecute taint -> pods without its toleration evicted", time.monotonic() - t0, "s",
+                        profile.taint_timeout_s, headline=True)
         except AssertionError as e:
+            figures.add("NoExecute taint -> pods without its toleration evicted", None, "s", profile.taint_timeout_s)
             bad.append(f"{e} (node {node.name} has {rules.taint_key}={team}:NoExecute)")
         for ns, name in sorted(victims):
             try:
@@ -393,6 +415,7 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
         _placement(cluster, isolation, [namespace, *team_ns.values()], _team_of(team_ns), "NoExecute eviction")
     finally:
         node.release()
+    figures.add("taint eviction problems", len(bad), "", 0)
     assert not bad, f"taint eviction on node {node.name}: " + _names(bad)
 
 
@@ -407,7 +430,7 @@ def _left_running(kind: str, pod: dict) -> str | None:
 
 
 @pytest.mark.smoke
-def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace, run_id, profile):
+def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace, run_id, profile, figures):
     """Observational (safe on any cluster): pods that may go only to nodes carrying the preflight
     taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending."""
     api = cluster.api
@@ -437,13 +460,14 @@ def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace,
         if node in pre:
             bad.append(f"pod {p['metadata']['namespace']}/{p['metadata']['name']} runs on preflight node {node}")
     _placement(cluster, isolation, list(plan), _team_of(team_ns), "pods aimed at preflight nodes")
+    figures.add("pods with work on preflight nodes", len(bad), "pods", 0)
     assert not bad, f"{len(bad)} pod(s) got work on preflight nodes: " + _names(bad)
 
 
 @pytest.mark.smoke
 @pytest.mark.destructive  # creates (simulated) or taints (real hardware) a node
 def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, isolation, team_ns, namespace,
-                                                                      run_id, profile):
+                                                                      run_id, profile, figures):
     api = cluster.api
     preflight = {"key": profile.preflight_taint_key, "value": "pending", "effect": "NoSchedule"}
     node = _scratch(cluster, profile, run_id, f"preflight-{run_id[-4:]}-{namespace[-4:]}", [preflight])
@@ -469,12 +493,15 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
         bad += [f"pod {p} was {why} while the preflight taint was on" for p, why in early.items()]
 
         node.untaint(preflight)
+        t0 = time.monotonic()
         for ns, pods in created.items():
             now, _ = pl.wait_settled(api, ns, pods, profile.taint_timeout_s,
                                      f"pods bound once {node.name} lost its preflight taint", bound=set(pods))
             bad += [f"pod {ns}/{n} went to {where}, not the new node {node.name}"
                     for n, where in now.items() if where != node.name]
+        figures.add("preflight taint removed -> pods bound on the new node", time.monotonic() - t0, "s")
         _placement(cluster, isolation, list(plan), _team_of(team_ns), "new node behind the preflight taint")
     finally:
         node.release()
+    figures.add("preflight taint problems", len(bad), "", 0)
     assert not bad, f"preflight taint on new node {node.name}: " + _names(bad)

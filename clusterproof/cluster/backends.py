@@ -41,6 +41,7 @@ from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
 from clusterproof.prometheus.server import sweep_runs
+from clusterproof.core import measurement
 from clusterproof.core.run import metadata
 from clusterproof.kube.sweep import Sweep, sweep
 from clusterproof.core.waiting import wait_for
@@ -56,6 +57,18 @@ class BringUp:
     seconds_to_all_ready: float             # ... and has no not-ready taint (schedulable)
     metrics_before: str
     metrics_after: str
+
+    def gather(self) -> list[measurement.Figure]:
+        """The bring-up as figures (a measurement taken while the session's cluster was built)."""
+        f, n = measurement.figure, self.nodes
+        rate = lambda s: n / s if s else None  # noqa: E731
+        return [f("nodes brought up", n, "nodes"),
+                f("control plane start", self.seconds_cluster_start, "s"),
+                f("node objects created", self.seconds_create, "s"),
+                f("first node create -> all Ready=True", self.seconds_to_all_ready_condition, "s"),
+                f("first node create -> all schedulable", self.seconds_to_all_ready, "s", headline=True),
+                f("nodes Ready per second", rate(self.seconds_to_all_ready_condition), "nodes/s"),
+                f("nodes schedulable per second", rate(self.seconds_to_all_ready), "nodes/s")]
 
 
 @dataclass

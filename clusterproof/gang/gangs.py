@@ -232,16 +232,19 @@ class explain_partial:
         return False
 
 
-def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up_on_timeout: bool = False) -> float:
+def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up_on_timeout: bool = False,
+                      bound_at: dict[str, float] | None = None) -> float:
     """Follow the gang's pods until all are bound; return that monotonic time.
 
     An informer, not polling: at thousands of pods a LIST every half second
     would cost more than the scheduler's work and blur the latency.
     ``give_up_on_timeout``: end as soon as the scheduler rejects the gang for
     its schedule timeout (it cannot be bound in this attempt) instead of
-    sitting out ``timeout``, and say so with what was measured.
+    sitting out ``timeout``, and say so with what was measured. ``bound_at``: filled with the
+    monotonic time each member was first seen bound (the gang's bind spread).
     """
     members, bound, done_at = set(gang.pods), set(), []
+    first_bound = bound_at if bound_at is not None else {}
 
     def apply(kind: str, pod: dict) -> None:
         name = pod["metadata"]["name"]
@@ -249,6 +252,7 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
             return
         if kind != "DELETED" and pod["spec"].get("nodeName"):
             bound.add(name)
+            first_bound.setdefault(name, time.monotonic())
         else:
             bound.discard(name)
         if len(bound) == len(members) and not done_at:
