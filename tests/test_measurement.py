@@ -91,3 +91,13 @@ def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_d
     c = compare.compare({"figures": data}, {"figures": slower.to_json()}, compare.Tolerance(pct=20))
     assert [(r.key, r.verdict) for r in c.rows] == [("suites/t.py::a :: p99", "regressed"),
                                                     ("suites/t.py::a :: nodes", "gone")]
+
+
+def test_a_bench_writes_its_figures_flat_under_their_names_and_typed_under_figures(tmp_path):
+    from clusterproof.bench import common
+    figs = [common.figure("burst", "create_qps", 12, "pods/s"), common.figure("burst", "pod_startup_p99_s", 1.5, "s")]
+    common.write(tmp_path / "b.json", {"profile": "smoke", **common.values(figs)}, figs)
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["create_qps"] == 12.0 and data["pod_startup_p99_s"] == 1.5     # the shape readers know
+    assert Figure.from_json(data["figures"]["create_qps"]) == figs[0]
+    assert data["figures"]["pod_startup_p99_s"]["better"] == "lower"

@@ -79,12 +79,14 @@ def main(argv: list[str]) -> int:
     idle_cores = {k: (cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
     lease_s = profile.node_lease_duration_s * profile.heartbeat_factor
     b = c.bringup
+    f = lambda name, value, unit: common.figure("bringup", name, value, unit)  # noqa: E731
+    figs = [f("nodes", b.nodes, "nodes"),
+            f("seconds_to_all_ready", round(b.seconds_to_all_ready_condition, 1), "s"),
+            f("seconds_to_all_schedulable", round(b.seconds_to_all_ready, 1), "s"),
+            f("seconds_create_all_nodes", round(b.seconds_create, 1), "s"),
+            f("seconds_control_plane_start", round(b.seconds_cluster_start, 1), "s")]
     result = {
-        "nodes": b.nodes,
-        "seconds_to_all_ready": round(b.seconds_to_all_ready_condition, 1),
-        "seconds_to_all_schedulable": round(b.seconds_to_all_ready, 1),
-        "seconds_create_all_nodes": round(b.seconds_create, 1),
-        "seconds_control_plane_start": round(b.seconds_cluster_start, 1),
+        **common.values(figs),
         "ready_means": "all_ready: every node reports Ready=True; all_schedulable: and the "
                        "node lifecycle controller has lifted its not-ready taint",
         "apiserver_peak_rss_bytes": sampler.peak["kube-apiserver"],
@@ -114,7 +116,7 @@ def main(argv: list[str]) -> int:
             "processes": real1[name]["processes"]} for name in real0} if c.real else {},
         **head,
     }
-    common.write(args.out, result)
+    common.write(args.out, result, figs)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -139,6 +139,19 @@ def main(argv: list[str]) -> int:
         # Best of each client, as each run shares two cores with the whole control plane.
         loc = max((x["locust"] for x in runs), key=lambda f: f["create_qps"])
         tp = max((x["threadpool"] for x in runs), key=lambda f: f["create_qps"])
+        f = lambda name, value, unit: common.figure("burst", name, value, unit)  # noqa: E731
+        figs = [f("pods_created", loc["create_requests"] - loc["create_failures"], "pods"),
+                f("create_qps", loc["create_qps"], "pods/s"),
+                f("create_latency_p50_s", loc["create_latency_p50_s"], "s"),
+                f("create_latency_p99_s", loc["create_latency_p99_s"], "s"),
+                f("scheduling_throughput_pods_per_s", loc["scheduling_throughput_pods_per_s"], "pods/s"),
+                f("pod_startup_p50_s", loc["pod_startup_p50_s"], "s"),
+                f("pod_startup_p99_s", loc["pod_startup_p99_s"], "s"),
+                f("create_latency_server_p50_s", loc.get("create_latency_server_p50_s"), "s"),
+                f("create_latency_server_p99_s", loc.get("create_latency_server_p99_s"), "s"),
+                f("created_to_bound_p99_s", loc.get("created_to_bound_p99_s"), "s"),
+                f("responses_429", loc["responses_429"], "")]
+        gang_latency = f("gang_admission_latency_s", gang.get("admission_latency_s"), "s")
         result = {
             **common.header(argv, c, profile, "clusterproof.bench.burst"),
             "scheduler": {"binary": "kube-scheduler " + c.kwok.kubernetes_version if c.kwok else "existing",
@@ -148,18 +161,9 @@ def main(argv: list[str]) -> int:
             "burst": {"jobs": profile.burst_jobs, "job_size": profile.burst_job_size,
                       "users": profile.burst_users, "locust_processes": profile.burst_locust_processes,
                       "identity": "ServiceAccount token (APF flow schema service-accounts)"},
-            "pods_created": loc["create_requests"] - loc["create_failures"],
-            "create_qps": loc["create_qps"],
-            "create_latency_p50_s": loc["create_latency_p50_s"],
-            "create_latency_p99_s": loc["create_latency_p99_s"],
-            "scheduling_throughput_pods_per_s": loc["scheduling_throughput_pods_per_s"],
-            "pod_startup_p50_s": loc["pod_startup_p50_s"], "pod_startup_p99_s": loc["pod_startup_p99_s"],
-            "create_latency_server_p50_s": loc.get("create_latency_server_p50_s"),
-            "create_latency_server_p99_s": loc.get("create_latency_server_p99_s"),
-            "created_to_bound_p99_s": loc.get("created_to_bound_p99_s"),
-            "responses_429": loc["responses_429"],
+            **common.values(figs),
             "gang": gang,
-            "gang_admission_latency_s": gang.get("admission_latency_s"),
+            "gang_admission_latency_s": gang_latency.value,
             "second_client": tp,
             "create_rate_ratio": round(loc["create_qps"] / tp["create_qps"], 3) if tp["create_qps"] else None,
             "create_rate_ratio_target": 0.9,
@@ -167,7 +171,7 @@ def main(argv: list[str]) -> int:
                                           if x["threadpool"]["create_qps"] else None for x in runs],
             "runs": runs,
         }
-    common.write(args.out, result)
+    common.write(args.out, result, [*figs, gang_latency])
     common.say(f"locust {loc['create_qps']} pods/s vs thread pool {tp['create_qps']} pods/s "
                f"(ratio {result['create_rate_ratio']}), scheduling {loc['scheduling_throughput_pods_per_s']} pods/s")
     return 0

@@ -8,7 +8,13 @@ way for every bench; and a bench must leave nothing behind, like a suite.
     profile = common.load(args)                # one line + exit 2 on bad input
     with common.cluster(args, profile) as c, common.namespace(c, "knee") as ns:
         ...
-    common.write(args.out, {**common.header(argv, c, profile), ...})
+    figs = [common.figure("knee", "knee_pods_per_s", 42.0, "pods/s"), ...]
+    common.write(args.out, {**common.header(argv, c, profile), **common.values(figs), ...}, figs)
+
+A bench's figures are ``clusterproof.core.measurement.Figure``s, as a suite's are:
+``write`` keeps each figure's value under its own name at the top level (the
+shape readers of ``reports/bench/*.json`` know) and adds them all, with unit,
+direction and threshold, under ``"figures"``.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import psutil
 
@@ -28,6 +34,7 @@ from clusterproof.kube import access
 from clusterproof.cluster import toolchain
 from clusterproof.cluster import backends
 from clusterproof.core import redact
+from clusterproof.core.measurement import Figure
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.config.profile import Profile, load_profile
@@ -119,7 +126,22 @@ def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module
     return out
 
 
-def write(path: Path, result: dict) -> None:
+def figure(bench: str, name: str, value, unit: str, threshold: float | None = None, op: str = "<=",
+           better: str | None = None) -> Figure:
+    """One figure of a bench (its check is the bench's name, e.g. ``bench burst``)."""
+    return Figure.of(f"bench {bench}", name, value, unit, threshold, op, better)
+
+
+def values(figures: Iterable[Figure]) -> dict:
+    """Each figure's value under its own name: the bench JSON's top-level keys."""
+    return {f.name: f.value for f in figures}
+
+
+def write(path: Path, result: dict, figures: Iterable[Figure] = ()) -> None:
+    """The bench's JSON; ``figures`` also go under ``"figures"`` (name -> the figure, as in summary.json)."""
+    figures = list(figures)
+    if figures:
+        result = {**result, "figures": {f.name: f.to_json() for f in figures}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"wrote {path}")
