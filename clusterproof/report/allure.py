@@ -24,7 +24,6 @@ from clusterproof.cluster.nodes import has_ready_condition
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.fixtures import CLUSTER, EXTRA_ENV, PROFILE, RUN_ID
 
-RESULTS_DIR = Path.cwd() / "reports" / "allure-results"
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
 # messageRegex match (the regex must match the whole status message, which allure-pytest writes as
 # "Failed: <message>" for pytest.fail and "AssertionError: <message>" for an assert), so each category

@@ -1,12 +1,13 @@
 """Every run's figures in one file, its verdict in the terminal, and the comparison with a baseline.
 
 Why: the Allure report is for reading; a run also needs a machine-readable
-record to compare with (``reports/summary.json``: each check's outcome, and
+record to compare with (``summary.json`` in the run's output directory,
+``out/runs/<run id>/``, see ``clusterproof.core.outputs``: each check's outcome, and
 every figure a check measured with its unit and which direction is better),
 and a short table an SRE pastes into a chat. ``--baseline PATH`` compares
 this run with an earlier summary (or the median of a folder of them, see
 ``clusterproof.report.compare``): the table is printed, written to
-``reports/comparison.json``, attached to the report as a check of its own,
+``comparison.json`` beside the summary, attached to the report as a check of its own,
 and a regression beyond tolerance ends the run with exit status 6 even when
 every check passed.
 
@@ -24,12 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.fixtures import CLUSTER, PROFILE, RUN_ID
+from clusterproof.fixtures import CLUSTER, OUTPUTS, PROFILE, RUN_ID
 from clusterproof.report import compare
 from clusterproof.report import timing
 
-REPORTS = Path.cwd() / "reports"
-DEFAULT_SUMMARY = REPORTS / "summary.json"
 BASELINE = pytest.StashKey()   # the loaded baseline summary (dict), when --baseline was given
 
 _figures: dict[str, dict] = {}
@@ -78,11 +77,12 @@ def record(name: str, value, unit: str, threshold: float | None = None, op: str 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("clusterproof")
     g.addoption("--baseline", default=None, metavar="PATH",
-                help="compare this run with an earlier run's reports/summary.json (or a folder of them: "
+                help="compare this run with an earlier run's summary.json (or a folder of them: "
                      "their median); exit 6 if a figure regressed beyond the profile's tolerance or a check "
                      "that passed there fails now")
-    g.addoption("--summary", default=str(DEFAULT_SUMMARY), metavar="PATH",
-                help=f"where to write this run's summary (default {DEFAULT_SUMMARY.relative_to(REPORTS.parent)})")
+    g.addoption("--summary", default=None, metavar="PATH",
+                help="where to write this run's summary (default: summary.json in the run's output directory, "
+                     "out/runs/<run id>/); its comparison with --baseline goes beside it")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -170,7 +170,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _is_suite_run(session) or hasattr(config, "workerinput"):
         return
     summary = build(config, exitstatus)
-    path = Path(config.getoption("summary"))
+    path = Path(config.getoption("summary") or config.stash[OUTPUTS].summary)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1))
     config._cp_summary = (path, summary)
