@@ -64,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.dry_run:
             for c in p["components"]:
                 say(f"{c.name} {c.version}: {'cached' if c.is_built() else 'would be built'}")
-            say(f"Prometheus history: {'used' if p['history'] else 'not used (--prometheus-url)'}")
+            if p["history"]:
+                from clusterproof.prometheus import history
+                from clusterproof.prometheus.target import shape_of
+                shape = shape_of(p["profile"])
+                cached = (history.cache_dir(shape) / "history.json").exists()
+                say(f"Prometheus history of {shape.nodes:,} nodes: {'cached' if cached else 'would be built'}")
+            else:
+                say("Prometheus history: not used (--prometheus-url)")
             say(f"real nodes' host packages and images: {'used' if p['real_nodes'] else 'not used'}")
             return 0
         toolchain.ensure_many(p["components"], progress=say, jobs=a.jobs)
