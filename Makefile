@@ -1,8 +1,12 @@
 # clusterproof: the two commands (README) and a few helpers.
 #   make run    the suites against the embedded 7,500-node KWOK cluster (PROFILE=nightly)
 #   make test   self-tests + every suite on smoke + the 7,500-node bring-up check
-# Both set everything up first: a venv with pinned Python dependencies and the
-# control-plane binaries built from Go modules (cached in ~/.cache/clusterproof).
+# Both set up first: a venv with pinned Python dependencies, then the binaries built
+# from Go modules (cached in ~/.cache/clusterproof): `make test` all of them, `make run`
+# only what its run uses (clusterproof.prepare: with ARGS="--kubeconfig K" the mock
+# NVML library and Prometheus; with "--kubeconfig K --prometheus-url U" the library only).
+# Every run writes under its own directory, out/runs/<run id>/ (clusterproof.core.outputs;
+# CLUSTERPROOF_OUTPUT_DIR=DIR puts them elsewhere); out/latest names the newest run.
 
 PYTHON  ?= python3
 VENV    := .venv
@@ -10,19 +14,17 @@ PY      := $(VENV)/bin/python
 PYTEST  := $(PY) -m pytest
 PROFILE ?= nightly
 ARGS    ?=
-RESULTS := reports/allure-results
+RUN     ?=
 # Allure's own CLI (Allure 2, reads allure-pytest results), from the npm registry; needs Java.
 ALLURE  := npx --yes allure-commandline@2.46.1
 
 .PHONY: run test setup toolchain report bench bench-prometheus clean-clusters upgrade-check lint-workflows
 
-run: setup
-	rm -rf $(RESULTS)
-	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
+run: $(VENV)/.installed
+	$(PY) -m clusterproof.prepare --profile $(PROFILE) $(ARGS)
 	$(PYTEST) suites --profile $(PROFILE) $(ARGS)
 
 test: setup
-	rm -rf $(RESULTS)
 	$(PY) -m clusterproof.prometheus.history --profile smoke
 	$(PYTEST) tests --profile smoke
 	$(PYTEST) suites --profile smoke
@@ -44,30 +46,32 @@ toolchain: $(VENV)/.installed
 	@# the real nodes' images (debootstrap needs root; a run with real nodes builds them, or says why not)
 	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusterproof.cluster.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
 
-# Allure's trend graphs need the previous report's history: it is kept in
-# reports/history/ between runs (copied into the results before generating,
-# and taken back from the new report afterwards). Delete that folder to start over.
-HISTORY := reports/history
-
+# The HTML report of the latest run (out/latest), or of the one named: make report RUN=<run id>.
+# It goes into that run's directory, out/runs/<run id>/html/. Allure's trend graphs need the
+# previous report's history: it is kept in out/history/ between reports (copied into the run's
+# results before generating, taken back from the new report afterwards). Delete it to start over.
 report:
-	@if [ -d $(HISTORY) ]; then mkdir -p $(RESULTS)/history && cp -r $(HISTORY)/. $(RESULTS)/history/; fi
-	$(ALLURE) generate $(RESULTS) --clean -o reports/html
-	rm -rf $(HISTORY) && cp -r reports/html/history $(HISTORY)
-	@echo "open reports/html/index.html (history of $$(ls $(HISTORY) | wc -l) files kept in $(HISTORY))"
+	@dir=$$($(PY) -m clusterproof.core.outputs run-dir $(RUN)) && hist=$$($(PY) -m clusterproof.core.outputs history) \
+	  || exit 2; \
+	if [ -d "$$hist" ]; then mkdir -p "$$dir/allure-results/history" && cp -r "$$hist/." "$$dir/allure-results/history/"; fi; \
+	echo "$(ALLURE) generate $$dir/allure-results --clean -o $$dir/html"; \
+	$(ALLURE) generate "$$dir/allure-results" --clean -o "$$dir/html" || exit 2; \
+	rm -rf "$$hist" && cp -r "$$dir/html/history" "$$hist"; \
+	echo "open $$dir/html/index.html (history of $$(ls "$$hist" | wc -l) files kept in $$hist)"
 
 # Pre-upgrade validation: PROFILE on an embedded cluster at FROM, then at TO,
-# the second compared with the first (reports/upgrade/, exit 6 on a regression).
+# the second compared with the first (two runs, out/runs/<id>-from/ and <id>-to/;
+# the table in <id>-to/upgrade.txt; exit 6 on a regression).
 FROM ?= v1.34.4
 TO   ?= v1.35.4
 upgrade-check: setup
-	rm -rf $(RESULTS)
 	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
 	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
 
 # The GitHub Actions workflows, checked by actionlint (built from the module proxy; also a self-test).
 lint-workflows: $(VENV)/.installed
 	$(PY) -m clusterproof.cluster.toolchain --only actionlint
-	$$($(PY) -c 'from fixtures import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
+	$$($(PY) -c 'from clusterproof.cluster import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
 
 bench: setup
 	$(PY) -m clusterproof.bench.bringup $(ARGS)

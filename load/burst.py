@@ -13,7 +13,7 @@ has quit).
 
     locust -f load/burst.py --headless -u 32 -r 32 --host https://API:6443 \\
         --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
-        --burst-jobs 2 --burst-job-size 18 [--burst-rate 20] --csv reports/burst
+        --burst-jobs 2 --burst-job-size 18 [--burst-rate 20] --csv out/burst
 
 Sizes come from the profile (``clusterproof.core.locust`` maps profile keys to these
 arguments); the same flags (or CLUSTERPROOF_BURST_* variables) work by hand.

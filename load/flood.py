@@ -28,7 +28,7 @@ flood is light for the generator, the apiserver is what saturates).
 
     locust -f load/flood.py --headless -u 48 -r 48 --host https://API:6443 \\
         --kube-token-file TOKEN --flood-namespace NS --flood-run-id RUN --flood-pods 200 \\
-        --flood-seconds 30 --csv reports/flood
+        --flood-seconds 30 --csv out/flood
 """
 from __future__ import annotations
 

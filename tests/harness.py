@@ -43,6 +43,7 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
            f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q",
+           f"--cp-output-dir={tmp_path / 'out'}",
            *without_real_nodes(args)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
@@ -74,7 +75,7 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     on as ignored, and then Python never raises KeyboardInterrupt.
     """
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
-           f"--summary={tmp_path / 'summary.json'}", *without_real_nodes(args)]
+           f"--summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}", *without_real_nodes(args)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=new_session, env={**os.environ, **(env or {})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -44,7 +44,8 @@ def running_run(tmp_path):
     run_id = f"cleanup-{os.urandom(2).hex()}"
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
     cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q",
-           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}"]
+           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}",
+           f"--cp-output-dir={tmp_path / 'out'}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 

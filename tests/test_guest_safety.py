@@ -61,7 +61,7 @@ def test_a_second_run_never_sweeps_what_a_live_run_owns(cluster, tmp_path):
     nothing of A's, and A passes."""
     ra, rb = f"live-a-{os.urandom(2).hex()}", f"live-b-{os.urandom(2).hex()}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'a'}",
-           f"--summary={tmp_path / 'summary.json'}",
+           f"--summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}",
            *_existing(cluster, "suites/test_taint_isolation.py", ra, "-k", "noexecute",
                       "--set=taint_observe_s=40")]
     a = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

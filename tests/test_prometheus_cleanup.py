@@ -29,7 +29,8 @@ SUITE = "suites/test_prometheus_limits.py"
 
 def _start(tmp_path, run_id: str, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q", "-p", "no:randomly",
-           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", *extra]
+           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}",
+           f"--cp-output-dir={tmp_path / 'out'}", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
 # What .ci/nightly reads from its environment: only what a test gives it (not this machine's).
-NIGHTLY_ENV = ("PROFILE", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT")
+NIGHTLY_ENV = ("PROFILE", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT",
+               "CLUSTERPROOF_OUTPUT_DIR")
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,8 @@ def test_the_nightly_script_publishes_a_real_clusters_report_only_on_opt_in(tmp_
     status, calls, _ = _nightly(tmp_path, {"run": 2}, PREVIOUS=str(tmp_path / "none"), GITHUB_OUTPUT=str(out),
                                 **env)
     assert status == 2 and calls[0][0] == "run"
-    assert out.read_text().splitlines() == [f"pages={pages}"]
+    # the decision first; the run's directory (for the upload steps) after the run
+    assert out.read_text().splitlines() == [f"pages={pages}", "run=out/runs/night-1"]
 
 
 def _nightly(tmp_path: Path, make_status: dict[str, int], **env: str) -> tuple[int, list[list[str]], Path]:
@@ -134,6 +136,8 @@ def _nightly(tmp_path: Path, make_status: dict[str, int], **env: str) -> tuple[i
     (bin_dir / "make").write_text(
         "#!/usr/bin/env bash\n"
         f"python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> {log}\n"
+        # a run makes its directory and points out/latest at it, as the plugin does (clusterproof.core.outputs)
+        "case \"$1\" in run) mkdir -p out/runs/night-1 && ln -sfn runs/night-1 out/latest;; esac\n"
         f"case \"$1\" in run) exit {make_status.get('run', 0)};; report) exit {make_status.get('report', 0)};; esac\n")
     (bin_dir / "make").chmod(0o755)
     proc = subprocess.run([str(repo / ".ci" / "nightly")], cwd=repo, capture_output=True, text=True, timeout=60,
@@ -152,7 +156,7 @@ def test_the_nightly_script_compares_with_the_last_good_night_and_carries_the_hi
     assert status == 0
     assert calls[0] == ["run", "PROFILE=smoke", f"ARGS=--baseline {prev}/summary.json --kubeconfig /tmp/kc"]
     assert calls[1] == ["report"]
-    assert (repo / "reports" / "history" / "history-trend.json").exists()
+    assert (repo / "out" / "history" / "history-trend.json").exists()
 
 
 def test_the_nightly_script_builds_the_report_and_keeps_the_status_of_a_failed_night(tmp_path):

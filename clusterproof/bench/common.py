@@ -33,14 +33,16 @@ import psutil
 from clusterproof.kube import access
 from clusterproof.cluster import toolchain
 from clusterproof.cluster import backends
-from clusterproof.core import redact
+from clusterproof import CHECKOUT
+from clusterproof.core import outputs, redact
 from clusterproof.core.measurement import Figure
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.config.profile import Profile, load_profile
 from clusterproof.core.run import new_run_id
 
-OUT_DIR = Path.cwd() / "reports" / "bench"
+# The committed figures the README quotes (reports/bench/) in a checkout; the output directory otherwise.
+OUT_DIR = outputs.bench_dir(CHECKOUT)
 
 
 def say(msg: str) -> None:
@@ -48,7 +50,8 @@ def say(msg: str) -> None:
 
 
 def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
-    """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>``); add your own."""
+    """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>`` in a checkout, else
+    ``<output dir>/bench/<out>``); add your own."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--profile", default=default_profile)
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")

@@ -380,9 +380,51 @@ def ensure(component: Component, progress=print) -> Component:
 
 
 def components(kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
-    """Every component a run needs, with the control plane at ``kubernetes_version``."""
+    """Every component an embedded cluster's run may need, with the control plane at ``kubernetes_version``."""
     swap = {KUBERNETES: kubernetes(kubernetes_version), KUBELET: kubelet(kubernetes_version)}
     return tuple(swap.get(c, c) for c in COMPONENTS)
+
+
+def for_run(existing_cluster: bool, prometheus_url: bool,
+            kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
+    """What a run of the suites uses. The embedded cluster: everything (kwok, etcd, the control plane,
+    the Coscheduling scheduler, the real nodes' kubelet, Prometheus, the mock NVML library: its start
+    builds them all first, clusterproof.cluster.backends.start_embedded). An existing
+    cluster (--kubeconfig): the mock NVML library (the preflight checker run here, and the simulated GPUs
+    of a kwok cluster) and, unless --prometheus-url names the Prometheus under test, Prometheus (the
+    embedded one that scrapes the cluster). Nothing of a cluster of the harness's own."""
+    if not existing_cluster:
+        return components(kubernetes_version)
+    return (MOCKNVML,) if prometheus_url else (MOCKNVML, PROMETHEUS)
+
+
+def named(name: str) -> Component:
+    """A component by its name (``kubernetes@v1.34.4``: the control plane at that version)."""
+    if name.startswith("kubernetes@"):
+        return kubernetes(name.split("@", 1)[1])
+    if name.startswith("kubelet@"):
+        return kubelet(name.split("@", 1)[1])
+    by_name = {c.name: c for c in (*COMPONENTS, ACTIONLINT)}
+    if name not in by_name:
+        raise HarnessError(f"no toolchain component {name!r} (known: {', '.join(by_name)}, kubernetes@VERSION)")
+    return by_name[name]
+
+
+def ensure_many(wanted: list[Component] | tuple[Component, ...], progress=print, jobs: int = 1) -> None:
+    """Build every component of ``wanted`` that is not cached, ``jobs`` at a time (each build is its own
+    staging directory, log and Go invocation; Go's module and build caches take concurrent builds). Every
+    build runs to its end; the first failure is then raised (one line)."""
+    todo = [c for c in dict.fromkeys(wanted) if not c.is_built()]
+    if jobs <= 1 or len(todo) <= 1:
+        for c in todo:
+            ensure(c, progress)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(ensure, c, progress) for c in todo]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
 
 
 def ensure_all(progress=print, kubernetes_version: str = KUBERNETES_VERSION) -> None:
@@ -394,22 +436,35 @@ def versions() -> dict[str, str]:
     return {c.name: c.version for c in COMPONENTS}
 
 
+USAGE = ("python -m clusterproof.cluster.toolchain [--only NAME[,NAME...]] [--jobs N] [--dry-run] "
+         f"[kubernetes@{KUBERNETES_VERSION}] [actionlint]")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m clusterproof.cluster.toolchain [--only] [kubernetes@vX.Y.Z ...] [actionlint]``: build (or verify)
-    every component a run needs; ``kubernetes@`` builds that control-plane version too, ``actionlint``
-    the workflow linter; ``--only``: just those named."""
-    args = sys.argv[1:] if argv is None else argv
-    extra = [a.split("@", 1)[1] for a in args if a.startswith("kubernetes@")]
-    unknown = [a for a in args if not a.startswith("kubernetes@") and a not in ("--only", "actionlint")]
-    if unknown:
-        print(f"clusterproof: unknown argument {unknown[0]!r} (usage: python -m clusterproof.cluster.toolchain "
-              f"[--only] [kubernetes@{KUBERNETES_VERSION}] [actionlint])", file=sys.stderr)
+    """``python -m clusterproof.cluster.toolchain``: build (or verify) every component a run on the embedded
+    cluster needs; ``kubernetes@VERSION`` builds that control-plane version too, ``actionlint`` the workflow
+    linter. ``--only a,b`` (or ``--only`` then names): just those. ``--jobs N``: N builds at a time.
+    ``--dry-run``: say what would be built, build nothing."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m clusterproof.cluster.toolchain", usage=USAGE, add_help=True)
+    ap.add_argument("--only", nargs="?", const="", default=None)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("names", nargs="*")
+    args, unknown = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if unknown or args.jobs < 1:
+        print(f"clusterproof: unknown argument {(unknown or ['--jobs'])[0]!r} (usage: {USAGE})", file=sys.stderr)
         return 2
+    names = [n for part in [args.only or "", *args.names] for n in part.split(",") if n]
     try:
-        wanted = [] if "--only" in args else list(COMPONENTS)
-        wanted += [kubernetes(v) for v in extra] + ([ACTIONLINT] if "actionlint" in args else [])
-        for c in wanted:
-            ensure(c, progress=lambda m: print(m, flush=True))
+        wanted = [] if args.only is not None else list(COMPONENTS)
+        wanted += [named(n) for n in names]
+        wanted = list(dict.fromkeys(wanted))
+        if args.dry_run:
+            for c in wanted:
+                print(f"{c.name:18} {c.version:9} {'cached' if c.is_built() else 'would be built'}")
+            return 0
+        ensure_many(wanted, progress=lambda m: print(m, flush=True), jobs=args.jobs)
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
         return 2

@@ -7,11 +7,12 @@ runs the suites at FROM, then at TO with ``--baseline`` set to FROM's
 summary, one after the other (never at the same time: both would share two
 cores). Each version's control plane is built once and cached.
 
-What it leaves: ``reports/upgrade/<FROM>/`` (the FROM run's summary and Allure
-results), ``reports/summary.json`` and ``reports/comparison.json`` (the TO
-run, compared), the TO run's Allure results in ``reports/allure-results``
-with the comparison as a result of its own (``make report``), and
-``reports/upgrade/comparison.txt`` (the table for the ticket).
+What it leaves, in the output directory (``clusterproof.core.outputs``): two
+runs, ``out/runs/<id>-from/`` (the FROM run's summary and Allure results) and
+``out/runs/<id>-to/`` (the TO run: its summary, ``comparison.json`` against
+FROM, its Allure results with the comparison as a result of its own --
+``make report`` builds it, being the latest run -- and ``upgrade.txt``, the
+table for the ticket).
 
 Exit status: TO's run's (1 a check failed at TO, 6 the checks passed but a
 figure regressed or a check flipped to failing) or 2 for a harness error.
@@ -21,24 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from clusterproof.cluster import toolchain
+from clusterproof.core import outputs
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.run import new_run_id
 from clusterproof.config.profile import load_profile
 from clusterproof.report import compare
 
 ROOT = Path.cwd()
-OUT = ROOT / "reports" / "upgrade"
-RESULTS = ROOT / "reports" / "allure-results"
 
 
-def pytest_cmd(version: str, profile: str, summary: Path, alluredir: Path, extra: list[str]) -> list[str]:
+def pytest_cmd(version: str, profile: str, run: outputs.RunOutputs, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "suites", "--profile", profile, f"--set=kubernetes_version={version}",
-            f"--summary={summary}", f"--alluredir={alluredir}", *extra]
+            f"--run-id={run.run_id}", f"--cp-output-dir={run.base}", *extra]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,32 +59,30 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
         return 2
-    old_dir = OUT / a.old
-    shutil.rmtree(old_dir, ignore_errors=True)
-    old_dir.mkdir(parents=True)
-    old_summary = old_dir / "summary.json"
-    print(f"upgrade-check 1/2: profile {a.profile} on Kubernetes {a.old}", flush=True)
-    first = subprocess.run(pytest_cmd(a.old, a.profile, old_summary, old_dir / "allure-results", a.extra), cwd=ROOT)
+    job = new_run_id()
+    old, new = outputs.for_run(f"{job}-from"), outputs.for_run(f"{job}-to")
+    old_summary = old.summary
+    print(f"upgrade-check 1/2: profile {a.profile} on Kubernetes {a.old} (outputs: {old.shown()})", flush=True)
+    first = subprocess.run(pytest_cmd(a.old, a.profile, old, a.extra), cwd=ROOT)
     if not old_summary.exists():
         print(f"clusterproof: the run at {a.old} ended (exit {first.returncode}) before it wrote a summary: "
               "see its output above", file=sys.stderr)
         return 2
-    print(f"upgrade-check 2/2: profile {a.profile} on Kubernetes {a.new}, compared with {a.old}", flush=True)
-    new_summary = ROOT / "reports" / "summary.json"
-    second = subprocess.run(pytest_cmd(a.new, a.profile, new_summary, RESULTS,
-                                       [f"--baseline={old_summary}", *a.extra]), cwd=ROOT)
-    comparison = ROOT / "reports" / "comparison.json"
+    print(f"upgrade-check 2/2: profile {a.profile} on Kubernetes {a.new}, compared with {a.old} "
+          f"(outputs: {new.shown()})", flush=True)
+    second = subprocess.run(pytest_cmd(a.new, a.profile, new, [f"--baseline={old_summary}", *a.extra]), cwd=ROOT)
+    comparison = new.comparison
     if not comparison.exists():
         print(f"clusterproof: the run at {a.new} ended (exit {second.returncode}) before it compared: "
               "see its output above", file=sys.stderr)
         return 2
     c = json.loads(comparison.read_text())
-    shutil.copy(comparison, OUT / "comparison.json")
     table = compare.text_table(compare.Comparison.from_json(c))
-    (OUT / "comparison.txt").write_text(table + "\n")
+    (new.dir / "upgrade.txt").write_text(table + "\n")
     print(f"\nupgrade-check {a.old} -> {a.new} (profile {a.profile}): {c['headline']}\n"
-          f"exit at {a.old}: {first.returncode}, at {a.new}: {second.returncode}; table: {OUT / 'comparison.txt'}; "
-          "report: make report", flush=True)
+          f"exit at {a.old}: {first.returncode}, at {a.new}: {second.returncode}; table: "
+          f"{outputs.shown(new.dir / 'upgrade.txt')}; report: make report RUN={new.run_id} "
+          f"(FROM's: make report RUN={old.run_id})", flush=True)
     return second.returncode
 
 

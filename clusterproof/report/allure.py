@@ -25,7 +25,6 @@ from clusterproof.core.measurement import Figure
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.kube.client import list_all, list_raw
 
-RESULTS_DIR = Path.cwd() / "reports" / "allure-results"
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
 # messageRegex match (the regex must match the whole status message, which allure-pytest writes as
 # "Failed: <message>" for pytest.fail and "AssertionError: <message>" for an assert), so each category

@@ -4,7 +4,7 @@ Why: before an upgrade an SRE wants to know what the new version changes
 for the cluster's behaviour and figures, and a nightly wants to know what
 changed since the last good night -- with no database (perfdash and
 kube-burner's comparison both want one). Every run writes one summary
-(``reports/summary.json``, see ``clusterproof.report.summary``); this module compares two
+(``out/runs/<run id>/summary.json``, see ``clusterproof.report.summary``); this module compares two
 of them, or a run with the median of a folder of them.
 
 A figure regresses when it moved in its worse direction by more than its
@@ -142,12 +142,12 @@ def load(path: str | Path) -> dict:
         files = sorted(f for f in p.rglob("*.json") if _is_summary(f))
         if not files:
             raise SummaryError(f"no clusterproof summary (*.json with schema {SCHEMA}) under {p}: pass a "
-                               "reports/summary.json of an earlier run, or a folder of them")
+                               "summary.json of an earlier run (out/runs/<run id>/summary.json), or a folder of them")
         runs = sorted((_read(f) for f in files), key=lambda s: s.get("run", {}).get("finished", ""))
         return merge(runs)
     if not p.exists():
-        raise SummaryError(f"baseline {p} does not exist: pass a reports/summary.json of an earlier run, "
-                           "or a folder of them")
+        raise SummaryError(f"baseline {p} does not exist: pass a summary.json of an earlier run "
+                           "(out/runs/<run id>/summary.json), or a folder of them")
     return _read(p)
 
 
@@ -163,10 +163,10 @@ def _read(f: Path) -> dict:
         data = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise SummaryError(f"cannot read baseline {f} ({e.__class__.__name__}: {e}): pass a "
-                           "reports/summary.json written by clusterproof") from None
+                           "summary.json written by clusterproof") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise SummaryError(f"{f} is not a clusterproof summary (no \"schema\": \"{SCHEMA}\"): pass a "
-                           "reports/summary.json written by clusterproof")
+                           "summary.json written by clusterproof")
     return data
 
 
@@ -278,7 +278,7 @@ def text_table(c: Comparison, limit: int | None = None) -> str:
         out.append(f"{short_key(r.key, w):{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} {_pct(r.change_pct):>9} "
                    f"{tol:>5}  {r.verdict}")
     if limit and len(rows) > limit:
-        out.append(f"... {len(rows) - limit} more in reports/comparison.json")
+        out.append(f"... {len(rows) - limit} more in comparison.json (beside the run's summary.json)")
     out.append(("REGRESSED: " if c.regressed else "OK: ") + c.headline())
     return "\n".join(out)
 
@@ -313,7 +313,8 @@ def html_table(c: Comparison) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m clusterproof.report.compare",
                                  description="Compare a clusterproof summary with a baseline (exit 6 on a regression).")
-    ap.add_argument("baseline", help="a reports/summary.json of an earlier run, or a folder of them")
+    ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
+                                     "or a folder of them")
     ap.add_argument("candidate", help="the summary to judge (default tolerances from its profile)")
     ap.add_argument("--profile", default=None, help="take the tolerances from this profile (default: the candidate's)")
     ap.add_argument("--json", default=None, help="also write the comparison here")

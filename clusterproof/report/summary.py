@@ -1,12 +1,12 @@
 """Every run's figures in one file, its verdict in the terminal, and the comparison with a baseline.
 
 Why: the Allure report is for reading; a run also needs a machine-readable
-record to compare with (``reports/summary.json``: each check's outcome, and
+record to compare with (``summary.json`` in the run's output directory: each check's outcome, and
 every figure a check measured with its unit and which direction is better),
 and a short table an SRE pastes into a chat. ``--baseline PATH`` compares
 this run with an earlier summary (or the median of a folder of them, see
 ``clusterproof.report.compare``): the table is printed, written to
-``reports/comparison.json``, attached to the report as a check of its own,
+``comparison.json`` beside the summary, attached to the report as a check of its own,
 and a regression beyond tolerance ends the run with exit status 6 even when
 every check passed.
 
@@ -29,8 +29,6 @@ from clusterproof.core.measurement import Figures
 from clusterproof.report import compare
 from clusterproof.report import timing
 
-REPORTS = Path.cwd() / "reports"
-DEFAULT_SUMMARY = REPORTS / "summary.json"
 BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
 
 

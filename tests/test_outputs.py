@@ -1,0 +1,110 @@
+"""Self-tests of where runs write (clusterproof.core.outputs): one directory per run, out of the source tree.
+
+The path logic is pure and tested here with temporary directories; then two
+real pytest runs (a trivial check, no cluster) started together must write
+into two directories of their own, with Allure's results where the plugin put
+them, and ``latest`` must name one of them.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from clusterproof.core import outputs
+from clusterproof.core.errors import HarnessError
+
+pytestmark = pytest.mark.selftest
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_output_directory_is_the_option_else_the_environment_else_out(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(outputs.ENV, raising=False)
+    assert outputs.root() == tmp_path / "out"
+    monkeypatch.setenv(outputs.ENV, str(tmp_path / "env"))
+    assert outputs.root() == tmp_path / "env"
+    assert outputs.root(tmp_path / "given") == tmp_path / "given"
+    run = outputs.for_run("20260101-120000-ab12")
+    assert run.dir == tmp_path / "env" / "runs" / "20260101-120000-ab12"
+    assert (run.allure_results.name, run.summary.name, run.comparison.name) == (
+        "allure-results", "summary.json", "comparison.json")
+    assert run.allure_results.parent == run.summary.parent == run.dir
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a/b", "", "UPPER", "x" * 40])
+def test_a_run_id_is_never_a_path(bad):
+    with pytest.raises(HarnessError, match="is not a run id"):
+        outputs.for_run(bad, "/tmp/never")
+
+
+def test_latest_names_the_last_marked_run_and_pick_says_what_exists(tmp_path):
+    with pytest.raises(HarnessError, match="no run in .*runs: run the suites first"):
+        outputs.pick(None, tmp_path)
+    a = outputs.for_run("run-a", tmp_path).create()
+    b = outputs.for_run("run-b", tmp_path).create()
+    os.utime(a.dir, (1_000_000, 1_000_000))           # a older than b
+    outputs.mark_latest(a)
+    assert outputs.pick(None, tmp_path) == a
+    outputs.mark_latest(b)
+    assert outputs.latest(tmp_path) == b and os.readlink(tmp_path / "latest") == "runs/run-b"
+    assert outputs.pick("run-a", tmp_path) == a
+    with pytest.raises(HarnessError, match=r"no run run-c in .*\(the newest: run-b, run-a\)"):
+        outputs.pick("run-c", tmp_path)
+    (tmp_path / "latest").unlink()          # no link (a killed run before it marked, a copy): the newest dir
+    assert outputs.latest(tmp_path) == b
+
+
+def test_concurrent_marks_leave_one_whole_latest_and_no_scratch(tmp_path):
+    runs = [outputs.for_run(f"run-{i}", tmp_path).create() for i in range(8)]
+    threads = [threading.Thread(target=lambda r=r: [outputs.mark_latest(r) for _ in range(50)]) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outputs.latest(tmp_path) in runs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "runs"]
+
+
+def test_the_makefile_helper_prints_one_path_or_one_line(tmp_path):
+    env = {**os.environ, outputs.ENV: str(tmp_path)}
+    cmd = [sys.executable, "-m", "clusterproof.core.outputs", "run-dir"]
+    none = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2 and none.stdout == "" and len(none.stderr.splitlines()) == 1, none.stderr
+    outputs.mark_latest(outputs.for_run("run-a", tmp_path).create())
+    ok = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == str(tmp_path / "runs" / "run-a")
+
+
+def test_bench_figures_stay_in_a_checkout_and_go_to_the_outputs_otherwise(tmp_path, monkeypatch):
+    monkeypatch.setenv(outputs.ENV, str(tmp_path))
+    assert outputs.bench_dir(ROOT) == ROOT / "reports" / "bench"
+    assert outputs.bench_dir(None) == tmp_path / "bench"
+
+
+def test_two_runs_started_together_never_share_a_file(tmp_path):
+    """Two pytest runs (the plugin, no cluster) at once: two run directories, each with its own Allure
+    results, the path printed at the start and at the end, and ``latest`` naming one of them."""
+    (tmp_path / "test_trivial.py").write_text("def test_one():\n    assert True\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop(outputs.ENV, None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:locust", "-p", "no:cacheprovider", "-p", "no:randomly",
+           f"--cp-output-dir={out}", "test_trivial.py"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    texts = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], texts
+    dirs = sorted((out / "runs").iterdir())
+    assert len(dirs) == 2, texts
+    for d, text in zip(dirs, sorted(texts, key=lambda t: t.split("out/runs/")[1][:40])):
+        results = list((d / "allure-results").glob("*-result.json"))
+        assert len(results) == 1, list(d.rglob("*"))
+        lines = [ln for ln in text.splitlines() if ln.startswith("clusterproof: this run's results: ")]
+        assert len(lines) == 2 and all(f"out/runs/{d.name}/ (allure-results" in ln for ln in lines), text
+    assert outputs.latest(out).dir in dirs
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "allure-results").exists()
