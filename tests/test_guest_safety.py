@@ -305,7 +305,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
     """The claim is judged after it is written: a pod of someone else that lands on the first candidate
     right after the claim makes the run give that node back and take the next one."""
     api, run = cluster.api, f"borrow-r-{os.urandom(2).hex()}"
-    raced, claim = [], node_taints._claim
+    raced, claim = [], node_taints.claim_node
 
     def claim_then_a_pod_arrives(api_, node):
         won = claim(api_, node)
@@ -313,7 +313,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
             _bystander_pod(api_, namespace, node.name, "arrived-after-the-list")
             raced.append(node.name)
         return won
-    monkeypatch.setattr(node_taints, "_claim", claim_then_a_pod_arrives)
+    monkeypatch.setattr(node_taints, "claim_node", claim_then_a_pod_arrives)
     node = borrow_idle_node(api, profile, run)
     try:
         assert raced and node.name != raced[0], (raced, node.name)

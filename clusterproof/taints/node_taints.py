@@ -291,7 +291,7 @@ def borrow_idle_node(api: client.ApiClient, profile, run_id: str, taints: list[d
         node = ScratchNode(api, name, run_id, run_id, created=False)
         if record is not None:
             record.add(f"/api/v1/nodes/{name}", n["metadata"]["uid"], how="borrowed")
-        if not _claim(api, node):
+        if not claim_node(api, node):
             found[name] = "claimed by another run first"
             continue
         try:
@@ -315,7 +315,7 @@ def _claimed(node: dict) -> bool:
     return any(t["key"] == SCRATCH_LABEL for t in node["spec"].get("taints") or [])
 
 
-def _claim(api: client.ApiClient, node: ScratchNode) -> bool:
+def claim_node(api: client.ApiClient, node: ScratchNode) -> bool:
     """Add this run's claim taint unless another run claimed the node first (decided on one read)."""
     won = []
 
