@@ -33,7 +33,8 @@ from clusterproof.kube.informer import watch_lines
 from clusterproof.kube.client import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from clusterproof.kube.liveness import RunLease, wait_expired
 from clusterproof.kube.namespaces import create_namespace
-from clusterproof.taints.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
+from clusterproof.kube.nodes import add_taint, records, remove_taint
+from clusterproof.taints.node_taints import NotIdle, borrow_idle_node
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
