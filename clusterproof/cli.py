@@ -10,6 +10,7 @@
     clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
+    clusterproof architecture            print the map of the tree (docs/architecture.md)
 
 Each job is the module named below, run as ``python -m``; its own ``--help``
 says the rest. Exit codes are the job's own.
@@ -29,6 +30,7 @@ JOBS = {
     "prom-history": "clusterproof.prometheus.history",
     "images": "clusterproof.cluster.images",
     "host-packages": "clusterproof.cluster.hostpkgs",
+    "architecture": "clusterproof.architecture",
 }
 BENCHES = ("apf", "bringup", "burst", "knee", "preflight", "prometheus", "watch_bandwidth")
 
@@ -53,9 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     job, rest = args[0], args[1:]
-    if job == "run":
-        import pytest
-        return int(pytest.main(["--pyargs", "clusterproof.suites", *rest]))
+    if job == "run":     # pytest's own command line (only fixtures/ and the suites import pytest)
+        return _run_module("pytest", ["--pyargs", "clusterproof.suites", *rest])
     if job == "bench":
         if not rest or rest[0] not in BENCHES:
             return _usage(f"bench needs one of: {', '.join(BENCHES)}")

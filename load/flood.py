@@ -42,7 +42,7 @@ from locust.exception import StopUser
 
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.apf.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
-from clusterproof.load.kube_user import KubeApiUser, finish_runner
+from clusterproof.load.kube_user import KubeApiUser, finish_runner, locust_environment
 FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # clusterproof.apf.apf's names (locust does not import the client)
 PL_UID_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 
@@ -100,8 +100,7 @@ def _start(environment, **_kw):
 
 @events.quit.add_listener
 def _summary(exit_code, **_kw):
-    from clusterproof.load.kube_user import _ENV
-    env = _ENV.get("environment")
+    env = locust_environment()
     prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
     if not prefix:
         return

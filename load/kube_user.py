@@ -55,6 +55,11 @@ def _remember(environment, **_kw):
     _ENV["environment"] = environment
 
 
+def locust_environment():
+    """The running locust Environment (set when locust starts); None before."""
+    return _ENV.get("environment")
+
+
 @events.quit.add_listener
 def _final_csv(exit_code, **_kw):
     """Write locust's own final statistics to ``<csv>_final_stats.csv`` / ``_final_failures.csv``.
@@ -63,7 +68,7 @@ def _final_csv(exit_code, **_kw):
     ends between two writes loses its last requests from ``<csv>_stats.csv``.
     These rows come from the same locust code (``StatsCSV``), after the run.
     """
-    env = _ENV.get("environment")
+    env = locust_environment()
     prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
     if not prefix or type(env.runner).__name__ == "WorkerRunner":
         return

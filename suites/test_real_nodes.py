@@ -257,5 +257,5 @@ def _flows(counts: dict[str, int]) -> str:
 
 
 def _epoch_us(value: str) -> float:
-    import datetime as dt
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    from clusterproof.core.timeparse import epoch
+    return epoch(value)

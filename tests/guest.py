@@ -22,6 +22,7 @@ from clusterproof.taints import admission as adm
 from clusterproof.taints.isolation import PRIORITY_CLASSES
 from clusterproof.kube.client import create_if_absent, delete_if_present, list_raw, raw_request
 from clusterproof.watch.pernode_service import PerNodeService, Step
+from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.pods import delete_run_pods
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
@@ -135,7 +136,7 @@ def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | 
     watch suite's read-only mode measures, ``watch_service=<namespace>/<name>``); removed afterwards.
     ``pool``: only that node pool's nodes (default: the profile's ``watch_pool``)."""
     ns = f"cp-{owner[-4:]}-existing-{os.urandom(2).hex()}"
-    raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, owner)}).data
+    create_namespace(api, ns, owner)
     nodes = (pool_nodes(api, profile) if pool is None else
              sorted(n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
                                                            {"labelSelector": f"{profile.pool_label}={pool}"})["items"]))

@@ -27,13 +27,13 @@ def _kubeconfig(tmp_path, server="https://127.0.0.1:1", contexts=("only",), clus
     return p
 
 
-def _assert_one_line_error(run, expected: str):
+def assert_one_line_error(run, expected: str):
     assert_one_line(run, expected)
     assert "not-a-real-token" not in run.output
 
 
 # Not base64: decoders skip "-" and "!", which leaves 13 characters -- no whole number of bytes. It is
-# also the "token" _assert_one_line_error looks for: the value must never be printed.
+# also the "token" assert_one_line_error looks for: the value must never be printed.
 BAD_BASE64 = "not-a-real-token!"
 
 CASES = [
@@ -84,7 +84,7 @@ def _bad_profile(t):
 
 @pytest.mark.parametrize("args,expected", CASES)
 def test_bad_input_gives_one_readable_line(args, expected, tmp_path):
-    _assert_one_line_error(run_pytest([SUITE, *args(tmp_path)], tmp_path, timeout=120), expected)
+    assert_one_line_error(run_pytest([SUITE, *args(tmp_path)], tmp_path, timeout=120), expected)
 
 
 def test_missing_toolchain_gives_one_readable_line(tmp_path):
@@ -94,7 +94,7 @@ def test_missing_toolchain_gives_one_readable_line(tmp_path):
                            if d != go_dir and not os.path.exists(f"{d}/go"))
     run = run_pytest([SUITE], tmp_path, timeout=120,
                      env={"PATH": path, "CLUSTERPROOF_CACHE": str(tmp_path / "empty-cache")})
-    _assert_one_line_error(run, "Go is not installed")
+    assert_one_line_error(run, "Go is not installed")
 
 
 def test_unbuildable_toolchain_gives_one_readable_line(tmp_path):
@@ -102,7 +102,7 @@ def test_unbuildable_toolchain_gives_one_readable_line(tmp_path):
     run = run_pytest([SUITE], tmp_path, timeout=120,
                      env={"CLUSTERPROOF_CACHE": str(tmp_path / "empty-cache"),
                           "GOMODCACHE": str(tmp_path / "empty-modcache"), "GOPROXY": "off"})
-    _assert_one_line_error(run, "building kwok v0.8.0 failed")
+    assert_one_line_error(run, "building kwok v0.8.0 failed")
     assert "full log:" in run.output
 
 

@@ -22,6 +22,7 @@ import yaml
 
 from clusterproof.cluster.health import leader_problems
 from clusterproof.core.run import RUN_LABEL, new_run_id
+from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw
 from tests.harness import run_pytest
@@ -85,14 +86,10 @@ class SchedulerProcess:
 
 def _wait_scheduler_leads(cluster, since: float) -> None:
     """The (re)started scheduler holds the leader lease (after the killed one's expires)."""
-    import datetime as dt
-
     def renewed():
         spec = list_raw(cluster.api, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"
                         "kube-scheduler").get("spec", {})
-        t = dt.datetime.strptime(spec.get("renewTime", "1970-01-01T00:00:00").split(".")[0].rstrip("Z"),
-                                 "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
-        return t >= since
+        return (epoch(spec.get("renewTime")) or 0.0) >= since
     wait_for(renewed, timeout=90, interval=1, what="restarted kube-scheduler holds its leader lease")
 
 

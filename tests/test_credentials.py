@@ -35,7 +35,7 @@ from tests.harness import background_pytest, ended_early, kill_run, run_pytest
 from clusterproof.kube.access import HOME
 from tests import guest
 from tests.test_prometheus_bad_input import assert_nowhere
-from tests.test_prometheus_cleanup import _running_prometheus
+from tests.test_prometheus_cleanup import running_prometheus
 
 pytestmark = pytest.mark.selftest
 PROM_SUITE = "suites/test_prometheus_limits.py"
@@ -154,7 +154,7 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
         (tmp_path / d).mkdir()
     try:
         with background_pytest(args, tmp_path / "run") as proc:
-            _running_prometheus(proc, directory)
+            running_prometheus(proc, directory)
             ended_early(proc)
             assert copy.read_text() == token, "the embedded Prometheus does not scrape with the run's token"
             assert stat.S_IMODE(copy.stat().st_mode) == 0o600, oct(copy.stat().st_mode)

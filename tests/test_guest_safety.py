@@ -32,7 +32,9 @@ from clusterproof.kube.access import HOME
 from clusterproof.kube.informer import watch_lines
 from clusterproof.kube.client import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from clusterproof.kube.liveness import RunLease, wait_expired
-from clusterproof.taints.node_taints import NotIdle, add_taint, borrow_idle_node, records, remove_taint
+from clusterproof.kube.namespaces import create_namespace
+from clusterproof.kube.nodes import add_taint, records, remove_taint
+from clusterproof.taints.node_taints import NotIdle, borrow_idle_node
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
@@ -112,8 +114,7 @@ def dead_run_namespace(cluster):
     """What a killed run left: a namespace it created (in its owner record, by uid), its Lease, expired."""
     dead, lease, record = _dead_run(cluster.api, "ns")
     ns = f"cp-{dead}-left"
-    made = json.loads(raw_request(cluster.api, "POST", "/api/v1/namespaces",
-                                  body={"metadata": metadata(ns, dead)}).data)
+    made = create_namespace(cluster.api, ns, dead)
     record.add(f"/api/v1/namespaces/{ns}", made["metadata"]["uid"])
     wait_expired(cluster.api, dead, timeout=60)
     try:
@@ -160,14 +161,13 @@ def test_a_bystander_object_with_a_dead_runs_label_but_no_proof_survives_the_swe
     dead, lease, record = _dead_run(api, "bystander")
     labelled, reused = f"team-x-{dead}", f"cp-{dead}-reused"
     try:
-        raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(labelled, dead)}).data
-        first = json.loads(raw_request(api, "POST", "/api/v1/namespaces",
-                                       body={"metadata": metadata(reused, dead)}).data)
+        create_namespace(api, labelled, dead)
+        first = create_namespace(api, reused, dead)
         record.add(f"/api/v1/namespaces/{reused}", first["metadata"]["uid"])
         delete_if_present(api, f"/api/v1/namespaces/{reused}")
         wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{reused}"), until=lambda n: n is None,
                  timeout=60, interval=0.5, what=f"namespace {reused} gone")
-        raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": reused}}).data   # someone else's
+        create_namespace(api, reused)   # someone else's
         wait_expired(api, dead, timeout=60)
         run = run_pytest(_existing(cluster, SCALE, f"sweep-{os.urandom(2).hex()}", "-k", "registered and shared"),
                          tmp_path)
@@ -188,8 +188,7 @@ def test_a_bystander_object_with_a_dead_runs_label_but_no_proof_survives_the_swe
 def team_namespace(cluster, profile):
     """A team's own namespace, labelled with the team (the harness does not own it)."""
     ns = f"team-{profile.teams[0]}-{os.urandom(2).hex()}"
-    raw_request(cluster.api, "POST", "/api/v1/namespaces",
-                body={"metadata": {"name": ns, "labels": {profile.team_namespace_label: profile.teams[0]}}}).data
+    create_namespace(cluster.api, ns, labels={profile.team_namespace_label: profile.teams[0]})
     try:
         yield ns
     finally:
@@ -244,7 +243,6 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
 
 def _allure_attachment_names(tmp_path) -> set[str]:
     """Names of every attachment in a run's Allure results, set-up (container) ones included."""
-    import json
     names = set()
     for f in (tmp_path / "allure").glob("*-container.json"):
         for fixture in json.loads(f.read_text()).get("befores", []):
@@ -305,7 +303,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
     """The claim is judged after it is written: a pod of someone else that lands on the first candidate
     right after the claim makes the run give that node back and take the next one."""
     api, run = cluster.api, f"borrow-r-{os.urandom(2).hex()}"
-    raced, claim = [], node_taints._claim
+    raced, claim = [], node_taints.claim_node
 
     def claim_then_a_pod_arrives(api_, node):
         won = claim(api_, node)
@@ -313,7 +311,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
             _bystander_pod(api_, namespace, node.name, "arrived-after-the-list")
             raced.append(node.name)
         return won
-    monkeypatch.setattr(node_taints, "_claim", claim_then_a_pod_arrives)
+    monkeypatch.setattr(node_taints, "claim_node", claim_then_a_pod_arrives)
     node = borrow_idle_node(api, profile, run)
     try:
         assert raced and node.name != raced[0], (raced, node.name)

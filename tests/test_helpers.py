@@ -12,7 +12,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.cluster import apimetrics
 from clusterproof.kube import client as kube
-from clusterproof.taints import node_taints
+from clusterproof.kube import nodes as kube_nodes
 from clusterproof.kube.access import Manifest
 from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
 from clusterproof.core.errors import HarnessError
@@ -294,10 +294,10 @@ def test_a_node_rewritten_ten_times_in_a_row_gives_up_in_one_line(monkeypatch):
     def conflict(api, path, body):
         writes.append(body)
         raise client.ApiException(status=409, reason="Conflict")
-    monkeypatch.setattr(node_taints, "get_if_present", lambda api, path: node)
-    monkeypatch.setattr(node_taints, "merge_patch", conflict)
+    monkeypatch.setattr(kube_nodes, "get_if_present", lambda api, path: node)
+    monkeypatch.setattr(kube_nodes, "merge_patch", conflict)
     with pytest.raises(HarnessError, match="node n1 could not be written: 10 write conflicts in a row"):
-        node_taints.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
+        kube_nodes.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
     assert len(writes) == 10 and all(w["metadata"]["resourceVersion"] == "7" for w in writes)
 
 

@@ -31,7 +31,8 @@ from kubernetes import client
 
 from clusterproof.kube import liveness
 from clusterproof.kube.client import delete_if_present, raw_request
-from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, MICRO, RunLease, run_states, wait_expired
+from clusterproof.core.timeparse import MICRO
+from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, RunLease, run_states, wait_expired
 from clusterproof.core.run import metadata
 from clusterproof.cluster.session import LivenessGuard, LivenessLost
 from clusterproof.fixtures import CLUSTER

@@ -39,6 +39,7 @@ from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
 from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
 from clusterproof.gang.coscheduling import OWN_SCHEDULER
 from clusterproof.kube.client import api_message, load_client, merge_patch, raw_request
+from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.tokens import LOAD_RULES
 from tests import guest
@@ -98,13 +99,12 @@ class GuestRun:
 
 def _audit_events(cluster, t0: float, t1: float) -> list[dict]:
     """The ServiceAccount's requests the apiserver logged between t0 and t1 (epoch seconds), one each."""
-    import datetime as dt
     out, seen = [], set()
     for line in cluster.kwok.audit_log.read_text().splitlines():
         ev = json.loads(line)
         if ev.get("user", {}).get("username") != SA_USER or ev["auditID"] in seen:
             continue
-        at = dt.datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        at = epoch(ev["requestReceivedTimestamp"])
         if t0 - 1 <= at <= t1 + 1:
             seen.add(ev["auditID"])
             out.append(ev)

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from tests.harness import run_pytest
-from tests.test_bad_input import _assert_one_line_error
+from tests.test_bad_input import assert_one_line_error
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_prometheus_limits.py"
@@ -84,7 +84,7 @@ def assert_nowhere(secret: str, run, tmp_path) -> None:
 ])
 def test_a_prometheus_url_that_does_not_parse(url, expected, tmp_path):
     run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
-    _assert_one_line_error(run, expected)
+    assert_one_line_error(run, expected)
     assert "e.g. http://prometheus:9090" in run.output
     assert_nowhere(SECRET, run, tmp_path)
 
@@ -92,27 +92,27 @@ def test_a_prometheus_url_that_does_not_parse(url, expected, tmp_path):
 def test_the_password_of_an_unreachable_prometheus_url_is_never_shown(tmp_path):
     port = _closed_port()
     run = run_pytest([SUITE, "--prometheus-url", f"http://user:{SECRET}@127.0.0.1:{port}"], tmp_path, timeout=120)
-    _assert_one_line_error(run, f"cannot reach Prometheus at http://127.0.0.1:{port}")
+    assert_one_line_error(run, f"cannot reach Prometheus at http://127.0.0.1:{port}")
     assert_nowhere(SECRET, run, tmp_path)
 
 
 def test_unreachable_prometheus_url(tmp_path):
     run = run_pytest([SUITE, "--prometheus-url", "http://127.0.0.1:1", "--prometheus-token-file", _token(tmp_path)],
                      tmp_path, timeout=120)
-    _assert_one_line_error(run, "cannot reach Prometheus at http://127.0.0.1:1")
+    assert_one_line_error(run, "cannot reach Prometheus at http://127.0.0.1:1")
 
 
 def test_an_endpoint_that_is_not_prometheus(serve, tmp_path):
     url = serve(_Page)
     run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
-    _assert_one_line_error(run, f"{url} is not a Prometheus API (GET /api/v1/status/buildinfo answered 200")
+    assert_one_line_error(run, f"{url} is not a Prometheus API (GET /api/v1/status/buildinfo answered 200")
 
 
 def test_refused_credentials(serve, tmp_path):
     url = serve(_Unauthorized)
     run = run_pytest([SUITE, "--prometheus-url", url, "--prometheus-token-file", _token(tmp_path)], tmp_path,
                      timeout=120)
-    _assert_one_line_error(run, f"Prometheus at {url} answered 401 (unauthorized)")
+    assert_one_line_error(run, f"Prometheus at {url} answered 401 (unauthorized)")
     assert SECRET not in run.output
 
 
@@ -126,4 +126,4 @@ def test_refused_credentials(serve, tmp_path):
                  id="history-longer-than-a-block"),
 ])
 def test_bad_prometheus_options(args, expected, tmp_path):
-    _assert_one_line_error(run_pytest([SUITE, *args], tmp_path, timeout=120), expected)
+    assert_one_line_error(run_pytest([SUITE, *args], tmp_path, timeout=120), expected)

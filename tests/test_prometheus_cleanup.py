@@ -34,7 +34,7 @@ def _start(tmp_path, run_id: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _running_prometheus(proc: subprocess.Popen, directory) -> psutil.Process:
+def running_prometheus(proc: subprocess.Popen, directory) -> psutil.Process:
     def probe():
         if proc.poll() is not None:
             raise AssertionError(f"the run ended before its Prometheus ran:\n{proc.stdout.read()[-2000:]}")
@@ -54,7 +54,7 @@ def test_ctrl_c_on_the_embedded_cluster_leaves_no_prometheus(tmp_path):
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
     proc = _start(tmp_path, run_id)
     try:
-        prom = _running_prometheus(proc, kc.directory / "prometheus")
+        prom = running_prometheus(proc, kc.directory / "prometheus")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=240)
         assert not kc.directory.exists(), f"{kc.directory} left behind:\n{out[-2000:]}"
@@ -71,7 +71,7 @@ def test_an_interrupted_run_against_an_existing_cluster_leaves_no_prometheus(sig
     directory = runs_root() / f"cp-{run_id}"
     proc = _start(tmp_path, run_id, "--kubeconfig", str(cluster.kubeconfig))
     try:
-        prom = _running_prometheus(proc, directory)
+        prom = running_prometheus(proc, directory)
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=240)
         wait_for(lambda: _gone(prom), timeout=30, interval=0.5,

@@ -11,10 +11,11 @@ import requests
 from prometheus_api_client import PrometheusApiClientException
 from clusterproof.prometheus import slo as promslo
 from clusterproof.cluster import toolchain
-from clusterproof.prometheus.history import (BLOCK_S, SHARD_MARK, Shape, _backfill_shard, families, node_names, openmetrics,
+from clusterproof.prometheus.history import (BLOCK_S, SHARD_MARK, Shape, backfill_shard, families, node_names, openmetrics,
                                    window_for)
 from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
-from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, duration_s, from_library_error
+from clusterproof.core.timeparse import duration_s
+from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, from_library_error
 from clusterproof.prometheus.queries import MAX_POINTS, max_samples_query, seed_queries
 
 pytestmark = pytest.mark.selftest
@@ -145,7 +146,7 @@ def test_promtool_backfills_the_history_exactly(tmp_path):
     blocks.mkdir()
     template = tmp_path / "template.om"
     template.write_text("".join(openmetrics(shape, start, [f"{SHARD_MARK}-{j:03d}" for j in range(2)])))
-    _backfill_shard(toolchain.ensure(toolchain.PROMETHEUS).path("promtool"), template, "gpu-node-07",
+    backfill_shard(toolchain.ensure(toolchain.PROMETHEUS).path("promtool"), template, "gpu-node-07",
                     tmp_path / "shard", blocks)
     (meta,) = [json.loads(p.read_text()) for p in blocks.glob("*/meta.json")]
     assert meta["stats"]["numSeries"] == shape.series and meta["stats"]["numSamples"] == shape.samples

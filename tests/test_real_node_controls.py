@@ -74,9 +74,9 @@ class Seen:
 
     def add(self, kc: KwokCluster) -> None:
         for st in self.states:
-            shims = realnodes._shims(st["socket"])
-            self.pids |= {p.pid for p in shims} | realnodes._cgroup_pids(st["cgroup_root"])
-            self.shim_sockets |= {str(s) for s in map(realnodes._shim_socket, shims) if s is not None}
+            shims = realnodes.shims_of(st["socket"])
+            self.pids |= {p.pid for p in shims} | realnodes.cgroup_pids(st["cgroup_root"])
+            self.shim_sockets |= {str(s) for s in map(realnodes.shim_socket, shims) if s is not None}
             out = subprocess.run(["ip", "-o", "link", "show", "master", st["bridge"]], capture_output=True,
                                  text=True, timeout=30).stdout
             self.veths |= {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)}
@@ -181,7 +181,7 @@ def _wait_containers(kc: KwokCluster, run_id: str, proc, prefix: str = "", timeo
     seen = Seen(_states(kc))
     assert seen.states, f"no real node state under {kc.directory / realnodes.DIR}"
     seen.add(kc)
-    assert any(realnodes._shims(st["socket"]) for st in seen.states), "the real node runs no shim"
+    assert any(realnodes.shims_of(st["socket"]) for st in seen.states), "the real node runs no shim"
     return seen
 
 

@@ -26,6 +26,7 @@ from kubernetes import client
 from clusterproof.cluster import apimetrics
 from clusterproof.kube.informer import Informer, InformerError
 from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
 from clusterproof.core.run import RUN_LABEL, metadata
@@ -96,7 +97,7 @@ def test_a_run_namespace_is_emptied_by_the_harness_and_waited_for(cluster, run_i
     """The Events of thousands of pods outlast the namespace controller's one collection DELETE
     (504 at 7,500 nodes): the harness deletes them itself; the guard waits for the namespace."""
     api, ns, hold = cluster.api, f"cp-{run_id[-4:]}-emptied", "clusterproof.io/test-hold"
-    raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": metadata(ns, run_id)}).data
+    create_namespace(api, ns, run_id)
     try:
         create_pods(api, ns, [pod_body(f"p{i}", run_id, node_selector={"example.com/none": "x"}) for i in range(3)])
         for i in range(20):

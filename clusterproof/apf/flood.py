@@ -21,7 +21,6 @@ pytest process while locust floods from its own process:
 from __future__ import annotations
 
 import datetime as dt
-import email.utils
 import json
 import threading
 import time
@@ -32,10 +31,10 @@ from kubernetes import client
 
 from clusterproof.apf import apf
 from clusterproof.kube.client import list_all, raw_request
-from clusterproof.kube.liveness import parse_time
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import metadata
 from clusterproof.core.stats import percentile
+from clusterproof.core.timeparse import http_date, parse_time
 
 SAMPLE_S = 2.0
 LEASE_SAMPLE_S = 5.0
@@ -226,7 +225,9 @@ class HeartbeatWatch(threading.Thread):
             resp = raw_request(self.api, "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                                timeout=60, retry_s=0)   # a failed sample is counted; the next is due
             items = json.loads(resp.data)["items"]
-            now = email.utils.parsedate_to_datetime(resp.headers["Date"])
+            now = http_date(resp.headers["Date"])
+            if now is None:
+                raise ValueError("no Date header")
         except Exception:
             self.errors += 1
             return None

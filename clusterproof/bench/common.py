@@ -104,7 +104,8 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
 
 @contextlib.contextmanager
 def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
-    """A namespace of the run's (created, or claimed from the pool); emptied and given back afterwards."""
+    """A namespace of the run's (created, or claimed from the pool); emptied and given back afterwards (a
+    created one with kube.pods.delete_namespace: its pods and Events first, then the namespace)."""
     ns = c.namespaces.take(f"bench-{name}")
     try:
         yield ns

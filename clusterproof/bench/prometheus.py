@@ -36,9 +36,11 @@ from clusterproof.prometheus import history as prom_history
 from clusterproof.prometheus import limits as prom_limits
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.prometheus.target import PromTarget, shape_of
+from clusterproof.prometheus.history import shape_of
+from clusterproof.prometheus.target import PromTarget
 from clusterproof.prometheus.server import Limits, PromServer, own_directory
 from clusterproof.core.run import new_run_id
+from clusterproof.core.timeparse import go_duration_s
 from clusterproof.core.waiting import wait_for
 
 GIB = 1 << 30
@@ -192,9 +194,12 @@ def _replay_times(log: Path, offset: int) -> dict:
     line = next((ln for ln in reversed(text.splitlines()) if "WAL replay completed" in ln), "")
     out = {}
     for key in ("wal_replay_duration", "total_replay_duration", "mmap_chunk_replay_duration"):
-        m = re.search(rf"{key}=([0-9.]+)(ms|s|µs|m)", line)
+        m = re.search(rf'{key}="?([-+0-9.a-zµμ]+)', line)   # Go's time.Duration, e.g. 1m2.5s
         if m:
-            out[key + "_s"] = round(float(m[1]) * {"ms": 1e-3, "s": 1, "µs": 1e-6, "m": 60}[m[2]], 3)
+            try:
+                out[key + "_s"] = round(go_duration_s(m[1]), 3)
+            except ValueError:
+                continue
     return out
 
 

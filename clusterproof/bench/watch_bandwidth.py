@@ -80,9 +80,9 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         raise common.fail(e) from None
     steps = []
-    with common.cluster(args, profile) as c:
+    with common.cluster(args, profile) as c, common.namespace(c, "watch") as ns:
         apiserver = [c.kwok.pids().get("kube-apiserver")] if c.kwok else []
-        target = wb.own_target(c.namespaces.take("bench-watch"))
+        target = wb.own_target(ns)
 
         def capacity(svc):
             for w in sweep:
@@ -91,10 +91,7 @@ def main(argv: list[str]) -> int:
                 say(f"  {steps[-1]}")
                 if not steps[-1]["kept_up"]:
                     break
-        try:
-            run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
-        finally:
-            c.namespaces.give_back(target.namespace, timeout=600)
+        run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
         head = common.header(argv, c, profile, "clusterproof.bench.watch_bandwidth")
     kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
     result = {

@@ -36,6 +36,7 @@ from clusterproof.kube.pods import create_pods, delete_selected, list_pods
 from clusterproof.cluster.realnodes import is_component, pod_on
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
+from clusterproof.core.timeparse import parse_time
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.burst import plan
 from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
@@ -137,7 +138,9 @@ def scheduler_state(api) -> str:
     renew = lease.get("spec", {}).get("renewTime")
     if not renew:
         return "the kube-scheduler lease has never been renewed: is the scheduler running?"
-    t = dt.datetime.strptime(renew.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    t = parse_time(renew)
+    if t is None:
+        return f"the kube-scheduler lease's renewTime {renew!r} is not a time"
     age = (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
     duration = lease["spec"].get("leaseDurationSeconds", 15)
     verdict = ("is the scheduler running?" if age > duration

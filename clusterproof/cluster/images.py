@@ -74,12 +74,12 @@ import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
+from clusterproof.core.timeparse import format_time, http_date
 
 PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
 PREFLIGHT_DIR = Path(__file__).resolve().parent.parent / "preflight" / "checker"
@@ -577,10 +577,8 @@ def _build_checker(key: str, inputs: dict, base: dict, progress) -> Built:
     progress(f"building {REGISTRY}/checker:{key[:12]} (nvidia-ml-py=={pin} + preflight; log: {log})")
     release = base["release"]
     date = release.get("Date", "")
-    try:
-        created = parsedate_to_datetime(date).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (TypeError, ValueError):
-        created = "1970-01-01T00:00:00Z"
+    released = http_date(date)
+    created = format_time(released) if released else "1970-01-01T00:00:00Z"
     with tempfile.TemporaryDirectory(prefix="cp-checker-") as work:
         layer = Path(work) / "app.tar"
         _app_layer(pin, Path(work), layer, log)

@@ -389,7 +389,7 @@ def _cgroup_dirs(base: Path) -> list[Path]:
     return out
 
 
-def _cgroup_pids(root: str) -> set[int]:
+def cgroup_pids(root: str) -> set[int]:
     pids = set()
     for h in hierarchies():
         base = h / root.lstrip("/")
@@ -432,7 +432,7 @@ def _remove_cgroups(root: str) -> list[str]:
     return left
 
 
-def _shims(socket: str) -> list[psutil.Process]:
+def shims_of(socket: str) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
@@ -454,7 +454,7 @@ def _naming(directory: Path) -> list[psutil.Process]:
 SHIM_SOCKETS = Path("/run/containerd/s")
 
 
-def _shim_socket(proc: psutil.Process) -> Path | None:
+def shim_socket(proc: psutil.Process) -> Path | None:
     """The socket a containerd 1.6 shim serves on: /run/containerd/s/sha256(<address>/<namespace>/<id>),
     fixed by containerd (not under the node's directory): removed with the shim."""
     try:
@@ -478,11 +478,11 @@ def teardown(cluster_dir: Path) -> list[str]:
         d = state_file.parent
         # Shims first (they would restart nothing, but hold mounts), then every process in the node's cgroups.
         for _ in range(3):
-            victims = (_shims(st["socket"]) + _naming(d)
-                       + [psutil.Process(p) for p in _cgroup_pids(st["cgroup_root"]) if psutil.pid_exists(p)])
+            victims = (shims_of(st["socket"]) + _naming(d)
+                       + [psutil.Process(p) for p in cgroup_pids(st["cgroup_root"]) if psutil.pid_exists(p)])
             if not victims:
                 break
-            sockets = [s for s in map(_shim_socket, _shims(st["socket"])) if s is not None]
+            sockets = [s for s in map(shim_socket, shims_of(st["socket"])) if s is not None]
             for p in victims:
                 try:
                     p.send_signal(signal.SIGKILL)
@@ -516,8 +516,8 @@ def leftovers(cluster_dir: Path, states: list[dict]) -> list[str]:
     self-tests that kill a run and look."""
     out = []
     for st in states:
-        out += [f"process {p.pid} ({p.name()})" for p in _shims(st["socket"])]
-        out += [f"process {p}" for p in _cgroup_pids(st["cgroup_root"])]
+        out += [f"process {p.pid} ({p.name()})" for p in shims_of(st["socket"])]
+        out += [f"process {p}" for p in cgroup_pids(st["cgroup_root"])]
         out += [f"cgroup {h / st['cgroup_root'].lstrip('/')}" for h in hierarchies()
                 if (h / st["cgroup_root"].lstrip("/")).exists()]
         for link in (st["bridge"],):
@@ -556,7 +556,7 @@ def sample_usage(nodes: list[RealNode]) -> dict[str, dict]:
     out = {}
     for node in nodes:
         cpu, rss, procs = 0.0, 0, 0
-        in_cgroups = _cgroup_pids(node.cgroup_root)
+        in_cgroups = cgroup_pids(node.cgroup_root)
         for p in psutil.process_iter(["cmdline"]):
             cmd = p.info["cmdline"] or []
             if p.pid in in_cgroups or any(str(node.directory) in a for a in cmd) or str(node.socket) in cmd:

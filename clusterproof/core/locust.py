@@ -20,6 +20,13 @@ from clusterproof.core.processes import own_session_dying_with_parent, stop_grou
 
 from clusterproof import IMPORT_ROOT as ROOT
 LOAD_DIR = Path(__import__("clusterproof.load", fromlist=["_"]).__file__).resolve().parent
+
+
+def locustfile_path(locustfile: str) -> Path:
+    """The project's locustfiles by their checkout path (``load/burst.py``: wherever the package is);
+    any other path as given."""
+    p = Path(locustfile)
+    return LOAD_DIR / p.name if p.parts[:1] == ("load",) else p.resolve()
 LOCUST = Path(sys.executable).with_name("locust")
 
 
@@ -92,7 +99,7 @@ def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_pref
         raise HarnessError(f"locust is not installed next to {sys.executable}: "
                            "install requirements.txt into the venv")
     csv_prefix.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [str(LOCUST), "-f", str(LOAD_DIR / Path(locustfile).name), "--headless", "--host", host,
+    cmd = [str(LOCUST), "-f", str(locustfile_path(locustfile)), "--headless", "--host", host,
            "-u", str(users), "-r", str(users), "--run-time", f"{int(timeout_s)}s",
            "--stop-timeout", "10", "--csv", str(csv_prefix), "--only-summary",
            "--loglevel", "WARNING", "--exit-code-on-error", "0", *args]

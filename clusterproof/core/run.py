@@ -15,6 +15,8 @@ import re
 import secrets
 import socket
 
+from clusterproof.core.timeparse import format_time, parse_time
+
 RUN_LABEL = "clusterproof.io/run"
 # Informational: where the run came from, and when the object was made. The
 # creation time bounds how long an object whose run left no Lease may stay.
@@ -25,7 +27,6 @@ CREATED = "clusterproof.io/created"
 SCRATCH_LABEL = "clusterproof.io/scratch"
 # A run id is a label value and part of annotation keys and object names.
 RUN_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def new_run_id() -> str:
@@ -35,14 +36,11 @@ def new_run_id() -> str:
 
 def owner_annotations() -> dict[str, str]:
     return {OWNER_HOST: socket.gethostname()[:63],
-            CREATED: dt.datetime.now(dt.timezone.utc).strftime(TIME_FORMAT)}
+            CREATED: format_time()}
 
 
 def created_at(annotations: dict | None) -> dt.datetime | None:
-    try:
-        return dt.datetime.strptime((annotations or {})[CREATED], TIME_FORMAT).replace(tzinfo=dt.timezone.utc)
-    except (KeyError, ValueError, TypeError):
-        return None
+    return parse_time((annotations or {}).get(CREATED))
 
 
 def metadata(name: str, run_id: str, labels: dict | None = None) -> dict:

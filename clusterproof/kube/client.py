@@ -105,7 +105,7 @@ def check_reachable(api: client.ApiClient, timeout: float = 10.0) -> dict:
         v = client.VersionApi(api).get_code(_request_timeout=timeout)
     except urllib3.exceptions.MaxRetryError as e:
         reason = getattr(e, "reason", e)
-        raise HarnessError(f"cannot reach the API server at {server_url(api)} ({_short(reason)}): "
+        raise HarnessError(f"cannot reach the API server at {server_url(api)} ({short_reason(reason)}): "
                            "check that the cluster is up and the kubeconfig/context points to it") from None
     except client.ApiException as e:
         hint = ("the kubeconfig's credentials were refused; refresh them"
@@ -113,12 +113,13 @@ def check_reachable(api: client.ApiClient, timeout: float = 10.0) -> dict:
         raise HarnessError(f"API server at {server_url(api)} answered {e.status} {e.reason} "
                            f"to GET /version: {hint}") from None
     except Exception as e:  # SSL errors, timeouts, bad URLs
-        raise HarnessError(f"cannot talk to the API server at {server_url(api)} ({_short(e)}): "
+        raise HarnessError(f"cannot talk to the API server at {server_url(api)} ({short_reason(e)}): "
                            "check the kubeconfig's server address and certificates") from None
     return {"gitVersion": v.git_version, "platform": v.platform}
 
 
-def _short(e: object) -> str:
+def short_reason(e: object) -> str:
+    """An exception's text without urllib3's wrapping: what a one-line error quotes."""
     text = str(e)
     for marker in ("Failed to establish a new connection: ", "] "):
         if marker in text:

@@ -46,7 +46,6 @@ gives no time at all -- and it never decides that the Lease expired.
 from __future__ import annotations
 
 import datetime as dt
-import email.utils
 import json
 import os
 import socket
@@ -60,12 +59,11 @@ from kubernetes import client
 
 from clusterproof.kube.client import delete_if_present, raw_request
 from clusterproof.core.run import RUN_LABEL, metadata
+from clusterproof.core.timeparse import MICRO, format_time, http_date, parse_time
 from clusterproof.core.waiting import wait_for
 
 LEASES = "/apis/coordination.k8s.io/v1"
 LEASE_PREFIX = "clusterproof-run-"
-MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"        # metav1.MicroTime
-SHOWN = "%Y-%m-%dT%H:%M:%SZ"
 # Slack for the 1 s resolution of the Date header on both sides of a comparison.
 CLOCK_SLACK_S = 2.0
 # The exit status of a run that lost its Lease. pytest uses 0-5, this project 4 (one-line user or
@@ -78,25 +76,11 @@ MERGE_PATCH = {"Content-Type": "application/merge-patch+json", "Accept": "applic
 
 def server_time(headers) -> dt.datetime | None:
     """The API server's time from a response's (or an ApiException's) headers; None without a Date."""
-    date = headers.get("Date") if headers is not None else None
-    if not date:
-        return None
-    return email.utils.parsedate_to_datetime(date).astimezone(dt.timezone.utc)
-
-
-def parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    for fmt in (MICRO, "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return dt.datetime.strptime(value, fmt).replace(tzinfo=dt.timezone.utc)
-        except ValueError:
-            continue
-    return None
+    return http_date(headers.get("Date")) if headers is not None else None
 
 
 def shown(t: dt.datetime | None) -> str:
-    return t.strftime(SHOWN) if t is not None else "?"
+    return format_time(t) if t is not None else "?"
 
 
 class NoServerTime(Exception):

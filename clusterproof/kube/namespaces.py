@@ -21,6 +21,7 @@ the harness does not own use the profile's ``team_namespaces``.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -56,6 +57,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
 
+def create_namespace(api: client.ApiClient, name: str, run_id: str | None = None, labels: dict | None = None) -> dict:
+    """The one place a namespace is created; returns it as the API server wrote it (its uid for an owner record).
+
+    With ``run_id`` it is the run's: labelled with the run and annotated with its owner (``core.run.metadata``),
+    so the run's clean-up and a later run's sweeper find it. Without, it is someone else's (a team's, a
+    bystander's in a self-test): only ``labels``. Deleted with ``kube.pods.delete_namespace`` (its pods and
+    Events first)."""
+    meta = metadata(name, run_id, labels) if run_id is not None else {"name": name, "labels": dict(labels or {})}
+    return json.loads(raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": meta}).data)
+
+
 class Created:
     """A simulated cluster (the embedded one, or one of kwok nodes named by --kubeconfig): a namespace per
     use, created and deleted by the run."""
@@ -67,8 +79,7 @@ class Created:
 
     def take(self, purpose: str, labels: dict | None = None) -> str:
         name = f"cp-{self.run_id[-4:]}-{_slug(purpose)}"[:55].rstrip("-") + "-" + os.urandom(2).hex()
-        raw_request(self.api, "POST", "/api/v1/namespaces",
-                    body={"metadata": metadata(name, self.run_id, labels)}).data
+        create_namespace(self.api, name, self.run_id, labels)
         self.held.add(name)
         return name
 

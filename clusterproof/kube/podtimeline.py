@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from clusterproof.kube.informer import Informer
-from clusterproof.kube.liveness import parse_time
+from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import WaitTimeout, wait_for
 
 JOB_LABEL = "clusterproof.io/job"
@@ -69,22 +69,17 @@ class PodTimes:
         return self.running_wall - self.ready_ts
 
 
-def _epoch(value: str | None) -> float | None:
-    t = parse_time(value)
-    return t.timestamp() if t else None
-
-
 def _condition_time(status: dict, kind: str) -> float | None:
     for c in status.get("conditions") or []:
         if c.get("type") == kind and c.get("status") == "True":
-            return _epoch(c.get("lastTransitionTime"))
+            return epoch(c.get("lastTransitionTime"))
     return None
 
 
 def startup_server_s(pod: dict) -> float | None:
     """Created -> Ready of one pod object, by its own timestamps (``PodTimes.startup_server_s`` for a pod a
     timeline did not follow; 1 s resolution)."""
-    created = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+    created = epoch((pod.get("metadata") or {}).get("creationTimestamp"))
     ready = _condition_time(pod.get("status") or {}, "Ready")
     return None if created is None or ready is None else ready - created
 
@@ -132,7 +127,7 @@ class PodTimeline:
                     return
                 p = self.pods[meta["name"]] = PodTimes(meta["name"], (meta.get("labels") or {}).get(JOB_LABEL, ""),
                                                        now, added_wall=time.time(),
-                                                       created_ts=_epoch(meta.get("creationTimestamp")))
+                                                       created_ts=epoch(meta.get("creationTimestamp")))
             if spec.get("nodeName") and p.bound is None:
                 p.bound, p.node = now, spec["nodeName"]
             if status.get("phase") == "Running" and p.running is None:

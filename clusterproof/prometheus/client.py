@@ -38,7 +38,10 @@ from urllib3.util.retry import Retry
 
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import _short
+# Re-exported for config/profile.py, prometheus/target.py and the Prometheus suite, whose owners are moving
+# them; new code imports it from clusterproof.core.timeparse, the one parser of durations.
+from clusterproof.core.timeparse import duration_s as duration_s
+from clusterproof.kube.client import short_reason
 from clusterproof.core.waiting import wait_for
 
 # No retry of any kind: connection errors raise at once, 5xx answers are returned as they are.
@@ -287,10 +290,10 @@ def check_reachable(prom: Prom) -> dict:
     try:
         a = prom.get("/api/v1/status/buildinfo", wait_s=10)
     except requests.exceptions.SSLError as e:
-        raise HarnessError(f"cannot talk to Prometheus at {where} (TLS: {_short(e)}): pass --prometheus-ca-file "
+        raise HarnessError(f"cannot talk to Prometheus at {where} (TLS: {short_reason(e)}): pass --prometheus-ca-file "
                            "with the CA that signed its certificate") from None
     except requests.exceptions.RequestException as e:
-        raise HarnessError(f"cannot reach Prometheus at {where} ({_short(e)}): check --prometheus-url and that "
+        raise HarnessError(f"cannot reach Prometheus at {where} ({short_reason(e)}): check --prometheus-url and that "
                            "Prometheus is up") from None
     if a.status in (401, 403):
         raise HarnessError(f"Prometheus at {where} answered {a.status} ({'unauthorized' if a.status == 401 else 'forbidden'}) "
@@ -300,22 +303,3 @@ def check_reachable(prom: Prom) -> dict:
         raise HarnessError(f"{where} is not a Prometheus API (GET /api/v1/status/buildinfo answered {got}): "
                            "--prometheus-url must be the server's base URL, e.g. http://prometheus:9090")
     return a.data
-
-
-# --- durations as Prometheus writes them ("2s", "500ms", "10m", "1h30m") -------------------
-
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-def duration_s(text: str) -> float:
-    """Seconds of a Prometheus duration; ValueError for anything else (a bare number is seconds)."""
-    text = str(text).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = _DURATION.findall(text)
-    if not text or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a Prometheus duration (like 2s, 500ms, 10m, 1h30m)")
-    return sum(int(n) * _UNIT_S[u] for n, u in parts)

@@ -114,6 +114,12 @@ class Shape:
         return self.series * self.points
 
 
+def shape_of(profile) -> Shape:
+    """The history a profile asks for (``prometheus_backfill_*``; as many nodes as the cluster by default)."""
+    return Shape(profile.prometheus_backfill_nodes or profile.nodes, profile.node_gpus,
+                 profile.prometheus_backfill_minutes, profile.prometheus_backfill_interval_s)
+
+
 @dataclass(frozen=True)
 class Family:
     """One metric family: per node, the same label sets (``{node}`` filled in per node)."""
@@ -287,7 +293,7 @@ def build(shape: Shape, progress: Callable[[str], None] = print, now: float | No
                 for chunk in openmetrics(shape, start, [f"{SHARD_MARK}-{j:03d}" for j in range(size)]):
                     fh.write(chunk)
         with ThreadPoolExecutor(max(1, parallel)) as pool:
-            for f in [pool.submit(_backfill_shard, promtool, templates[size], f"gpu-node-{k:02d}", work / f"shard-{k}",
+            for f in [pool.submit(backfill_shard, promtool, templates[size], f"gpu-node-{k:02d}", work / f"shard-{k}",
                                   blocks) for k, size in enumerate(sizes)]:
                 f.result()
         build_s = time.monotonic() - t0
@@ -304,7 +310,7 @@ def build(shape: Shape, progress: Callable[[str], None] = print, now: float | No
     return History(shape, target, start, end, shape.series, shape.bucket_series, shape.samples, build_s, cached=False)
 
 
-def _backfill_shard(promtool: Path, template: Path, prefix: str, work: Path, blocks: Path) -> None:
+def backfill_shard(promtool: Path, template: Path, prefix: str, work: Path, blocks: Path) -> None:
     """One shard: its OpenMetrics text (the template, stamped with ``prefix``), promtool's blocks
     from it, the blocks moved to ``blocks``."""
     work.mkdir()
@@ -346,7 +352,6 @@ def main(argv: list[str]) -> int:
     import argparse
     import sys
     from clusterproof.config.profile import load_profile
-    from clusterproof.prometheus.target import shape_of
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--set", action="append", default=[], dest="overrides")

@@ -29,7 +29,7 @@ import pytest
 from clusterproof.prometheus import history as prom_history
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
-from clusterproof.prometheus.history import History, Shape
+from clusterproof.prometheus.history import History, shape_of
 from clusterproof.prometheus.client import Prom, check_reachable, duration_s
 from clusterproof.prometheus.server import Limits, PromServer, own_directory, scrape_job_from_api, scrape_jobs_from_kwok
 from clusterproof.core.waiting import wait_for
@@ -50,11 +50,6 @@ class PromTarget:
     @property
     def timeout_s(self) -> float:
         return duration_s(self.limits.query_timeout)
-
-
-def shape_of(profile) -> Shape:
-    return Shape(profile.prometheus_backfill_nodes or profile.nodes, profile.node_gpus,
-                 profile.prometheus_backfill_minutes, profile.prometheus_backfill_interval_s)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,402 @@
+"""The map of the tree, read from its imports and docstrings: ``clusterproof architecture > docs/architecture.md``.
+
+Why generated: a hand-written map drifts the day a module moves. This one is
+printed from the source itself -- each module's place (its folder), its
+purpose (the first line of its docstring) and, for a suite, a locustfile or a
+bench, its domain (the domain it imports most). ``tests/test_architecture.py``
+fails when the committed ``docs/architecture.md`` differs from what this
+prints, and checks the layering rules below on the same imports.
+
+Pure AST: nothing here imports the modules it reads, so it needs no cluster
+and no pytest.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import clusterproof
+
+DOMAINS = ("core", "config", "kube", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
+           "prometheus", "report")
+# The layers under the domains: the others may use them, they use no other domain.
+BASE = ("core", "config", "kube")
+# Packages of the distribution that are not a domain of the library.
+MAPPED = clusterproof.MAPPED                       # suites, fixtures, load (top-level folders of the checkout)
+COMMAND = "clusterproof architecture > docs/architecture.md"
+
+RULES = """\
+- `suites/` -> `fixtures/` -> `clusterproof.<domain>` -> `clusterproof.kube`, `clusterproof.config` -> `clusterproof.core`:
+  dependencies run one way, and no module imports another that (directly or not) imports it back.
+- `clusterproof.core` imports no other domain; `clusterproof.kube` and `clusterproof.config` import only `core`
+  (and each other).
+- `clusterproof.report` imports no domain but `core`: it renders figures, it does not make them.
+- Only `fixtures/*.py` (the pytest face of each domain), `suites/` and `tests/` import pytest.
+- `load/` is the locust side, run as a separate process: it imports no fixtures and no suite.
+- No module imports another module's private (`_name`) names.
+"""
+
+
+def source_dir(name: str) -> Path:
+    """Where ``clusterproof.<name>`` (suites, fixtures, load) lives: the checkout's top-level folder, or the
+    installed package's subfolder."""
+    return (clusterproof.CHECKOUT / name) if clusterproof.CHECKOUT is not None else clusterproof.PACKAGE_DIR / name
+
+
+def display(path: Path) -> str:
+    """A path as a reader of the repository finds it (``suites/x.py``, ``clusterproof/kube/client.py``)."""
+    root = clusterproof.CHECKOUT or clusterproof.IMPORT_ROOT
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+# --- the modules and their imports ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Import:
+    module: str              # the importing module
+    target: str              # the module imported (a package's ``__init__`` is the package's name)
+    names: tuple[str, ...]   # the names taken from it (``from target import a, b``); () for ``import target``
+    line: int
+    in_function: bool        # inside a def (imported on first call, not on import)
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module = field(repr=False)
+    is_package: bool = False
+
+    @property
+    def purpose(self) -> str:
+        """The docstring's first paragraph, on one line."""
+        doc = (ast.get_docstring(self.tree) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split()) if doc else "(no docstring)"
+
+
+def modules(with_tests: bool = False) -> dict[str, Module]:
+    """Every module of the distribution by its import name: the library (``clusterproof/``) and the mapped
+    top-level folders (``clusterproof.suites``, ``.fixtures``, ``.load``); ``with_tests``: also a checkout's
+    self-tests (``tests.*``)."""
+    roots = [(clusterproof.PACKAGE_DIR, "clusterproof")] + \
+            [(source_dir(m), f"clusterproof.{m}") for m in MAPPED]
+    if with_tests and clusterproof.CHECKOUT is not None:
+        roots.append((clusterproof.CHECKOUT / "tests", "tests"))
+    out: dict[str, Module] = {}
+    for root, prefix in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("").parts
+            if "__pycache__" in rel or (prefix == "clusterproof" and rel[0] in MAPPED):
+                continue
+            package = rel[-1] == "__init__"
+            parts = rel[:-1] if package else rel
+            name = ".".join((prefix, *parts))
+            out[name] = Module(name, path, ast.parse(path.read_text(), str(path)), package)
+    return out
+
+
+def _in_function(tree: ast.Module) -> set[int]:
+    """ids of the import nodes that sit inside a function."""
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return inside
+
+
+def imports(mod: Module, known: dict[str, Module]) -> list[Import]:
+    """What ``mod`` imports from the distribution (relative imports resolved; other packages left out)."""
+    out, inside = [], _in_function(mod.tree)
+    tops = {name.split(".")[0] for name in known}
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in tops:
+                    out.append(Import(mod.name, alias.name, (), node.lineno, id(node) in inside))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            if source.split(".")[0] not in tops:
+                continue
+            plain = []
+            for alias in node.names:
+                if f"{source}.{alias.name}" in known:      # ``from package import module``
+                    out.append(Import(mod.name, f"{source}.{alias.name}", (), node.lineno, id(node) in inside))
+                else:
+                    plain.append(alias.name)
+            if plain:
+                out.append(Import(mod.name, source, tuple(plain), node.lineno, id(node) in inside))
+    return out
+
+
+def module_aliases(mod: Module, known: dict[str, Module]) -> dict[str, str]:
+    """Local names bound to a module of the distribution: ``{"kube": "clusterproof.kube.client"}``."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in known:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in known:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def domain_of(name: str) -> str | None:
+    """The domain of a library module (``clusterproof.kube.client`` -> ``kube``); None outside the domains."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in DOMAINS else None
+
+
+# --- where suites, locustfiles and benches belong -----------------------------------------------
+
+def owner(mod: Module, known: dict[str, Module]) -> str | None:
+    """The domain a suite, locustfile or bench exercises: the one it imports most modules of, the base layers
+    (core, config, kube) and the report only when it imports no other; None when it imports no domain."""
+    counts: Counter[str] = Counter()
+    for imp in imports(mod, known):
+        d = domain_of(imp.target)
+        if d:
+            counts[d] += 1
+    for pool in ([d for d in counts if d not in (*BASE, "report")], [d for d in counts if d != "core"], list(counts)):
+        if pool:
+            return max(pool, key=lambda d: (counts[d], -DOMAINS.index(d)))
+    return None
+
+
+# --- the map ------------------------------------------------------------------------------------
+
+def _entry(mod: Module) -> str:
+    return f"- `{display(mod.path)}` -- {mod.purpose}"
+
+
+def render() -> str:
+    known = modules()
+    by_domain: dict[str, dict[str, list[Module]]] = {d: {} for d in DOMAINS}
+
+    other: list[Module] = []
+
+    def add(domain: str | None, kind: str, mod: Module) -> None:
+        if domain is None:      # shared by every domain (the bench's common parts, the locust base User)
+            other.append(mod)
+        else:
+            by_domain[domain].setdefault(kind, []).append(mod)
+
+    for name, mod in sorted(known.items()):
+        parts = name.split(".")
+        if parts[1:2] == ["bench"] and len(parts) == 3:
+            add(None if parts[2] == "common" else owner(mod, known), "bench", mod)
+        elif parts[1:2] in (["suites"], ["load"]) and len(parts) == 3:
+            add(owner(mod, known), "suite" if parts[1] == "suites" else "locustfile", mod)
+        elif parts[1:2] == ["fixtures"] and len(parts) == 3 and parts[2] in DOMAINS:
+            add(parts[2], "fixtures", mod)
+        elif domain_of(name) and len(parts) == 3:
+            add(parts[1], "library", mod)
+        elif domain_of(name) and len(parts) == 4 and mod.is_package:   # a subpackage: one line
+            add(parts[1], "library", mod)
+        elif domain_of(name) is None and len(parts) <= 3 and not (len(parts) == 3 and mod.is_package) \
+                and not (mod.is_package and mod.purpose == "(no docstring)"):
+            other.append(mod)
+
+    lines = [
+        "# Architecture",
+        "",
+        f"Generated from the tree (each module's imports and the first paragraph of its docstring) by "
+        f"`{COMMAND}`; `tests/test_architecture.py` fails when this file differs from what that prints, "
+        "and checks the rules below. Do not edit by hand.",
+        "",
+        "## Layers",
+        "",
+        RULES.rstrip(),
+        "",
+        "A suite, a locustfile or a bench belongs to the domain it imports most (`clusterproof architecture` "
+        "decides; the base layers only when it imports no other domain).",
+        "",
+        "## Domains",
+    ]
+    titles = (("library", "Library"), ("fixtures", "Fixtures"), ("suite", "Suites"), ("locustfile", "Locustfiles"),
+              ("bench", "Bench"))
+    for domain in DOMAINS:
+        pkg = known.get(f"clusterproof.{domain}")
+        lines += ["", f"### {domain}", ""]
+        if pkg is not None and pkg.purpose != "(no docstring)":
+            lines += [pkg.purpose, ""]
+        for kind, title in titles:
+            mods = by_domain[domain].get(kind, [])
+            if not mods:
+                continue
+            lines += [f"{title}:", ""] + [_entry(m) for m in mods] + [""]
+        lines.pop()
+    lines += ["", "## Around the domains", ""]
+    lines += [_entry(m) for m in sorted(other, key=lambda m: display(m.path))]
+    return "\n".join(lines) + "\n"
+
+
+# --- the rules, as violations (one line each) -----------------------------------------------------
+
+def _where(imp: Import, known: dict[str, Module]) -> str:
+    return f"{display(known[imp.module].path)}:{imp.line}"
+
+
+def all_imports(known: dict[str, Module] | None = None) -> list[Import]:
+    known = known if known is not None else modules()
+    return [imp for mod in known.values() for imp in imports(mod, known)]
+
+
+def cycles(known: dict[str, Module] | None = None) -> list[str]:
+    """Import cycles among the distribution's modules (module-level and function-level imports alike)."""
+    known = known if known is not None else modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for imp in all_imports(known):
+        if imp.target in graph and imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    scc = []
+                    while True:
+                        n = stack.pop()
+                        on_stack.discard(n)
+                        scc.append(n)
+                        if n == node:
+                            break
+                    if len(scc) > 1:
+                        found.append(sorted(scc))
+    return [f"import cycle: {' <-> '.join(scc)}" for scc in sorted(found)]
+
+
+def layer_violations(known: dict[str, Module] | None = None, exempt: tuple[str, ...] = ()) -> list[str]:
+    """core imports no other domain; kube and config only core (and each other); ``exempt``: domains not
+    checked (yet)."""
+    known = known if known is not None else modules()
+    allowed = {"core": {"core"}, "kube": {"core", "kube", "config"}, "config": {"core", "config", "kube"}}
+    out = []
+    for imp in all_imports(known):
+        src, dst = domain_of(imp.module), domain_of(imp.target)
+        if src in allowed and src not in exempt and dst is not None and dst not in allowed[src]:
+            out.append(f"{_where(imp, known)}: {src} imports {imp.target} (domain {dst})")
+    return out
+
+
+def report_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """clusterproof.report imports no domain but core (nor the fixtures, suites or load)."""
+    known = known if known is not None else modules()
+    out = []
+    for imp in all_imports(known):
+        if domain_of(imp.module) != "report":
+            continue
+        dst = domain_of(imp.target)
+        if (dst is not None and dst not in ("core", "report")) or imp.target.split(".")[1:2] in (["fixtures"],
+                                                                                                   ["suites"], ["load"]):
+            out.append(f"{_where(imp, known)}: report imports {imp.target}")
+    return out
+
+
+def pytest_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """Only fixtures/*.py and the suites import pytest (tests/ are not part of the distribution)."""
+    known = known if known is not None else modules()
+    out = []
+    for name, mod in sorted(known.items()):
+        if name.split(".")[1:2] in (["fixtures"], ["suites"]):
+            continue
+        for node in ast.walk(mod.tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] in ("pytest", "_pytest") for n in names):
+                out.append(f"{display(mod.path)}:{node.lineno}: imports pytest")
+    return out
+
+
+def load_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """load/ (the locust side) imports nothing from fixtures/ or suites/."""
+    known = known if known is not None else modules()
+    return [f"{_where(imp, known)}: load imports {imp.target}" for imp in all_imports(known)
+            if imp.module.split(".")[1:2] == ["load"] and imp.target.split(".")[1:2] in (["fixtures"], ["suites"])]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """``from other import _name`` and ``other._name`` of another module (the distribution's and the
+    self-tests': a test that needs a helper's internals makes it public)."""
+    known = known if known is not None else modules(with_tests=True)
+    out = []
+    for imp in all_imports(known):
+        if imp.target != imp.module:
+            for n in imp.names:
+                if _private(n):
+                    out.append(f"{_where(imp, known)}: imports {imp.target}.{n}")
+    for name, mod in sorted(known.items()):
+        aliases = module_aliases(mod, known)
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                target = _dotted(node.value, aliases)
+                if target in known and target != name:
+                    out.append(f"{display(mod.path)}:{node.lineno}: uses {target}.{node.attr}")
+    return out
+
+
+def _dotted(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    """The module an expression names (``kube``, ``clusterproof.kube.client``), or None."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, aliases)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args:
+        print(f"clusterproof: architecture takes no arguments (usage: {COMMAND})", file=sys.stderr)
+        return 4
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
