@@ -222,12 +222,12 @@ class _Item:
 def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped):
     import types
 
-    from clusterproof.cluster import session
     from clusterproof.fixtures import REAL_HARDWARE
+    from clusterproof.fixtures import cluster as cluster_fixtures
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
                                    option=types.SimpleNamespace(allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
-    session.pytest_collection_modifyitems(config, [harmless, destructive])
+    cluster_fixtures.pytest_collection_modifyitems(config, [harmless, destructive])
     assert not harmless.added
     assert bool(destructive.added) == skipped
     if skipped:

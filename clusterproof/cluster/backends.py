@@ -15,11 +15,13 @@ Either way the run holds a Lease (``clusterproof.kube.liveness``) while it is al
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import allure
 import urllib3
 from kubernetes import client
 
@@ -32,7 +34,8 @@ from clusterproof.cluster import identities
 from clusterproof.cluster import realnodes
 from clusterproof.cluster import toolchain
 from clusterproof.kube.apicalls import Recorder
-from clusterproof.kube.client import check_reachable, get_if_present, load_client, raw_request, server_url
+from clusterproof.kube.client import (check_reachable, get_if_present, is_simulated, load_client, raw_request,
+                                      server_url)
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, free_ports, sweep_clusters
 from clusterproof.kube.liveness import RunLease
 from clusterproof.kube.namespaces import Created, Pool
@@ -40,6 +43,8 @@ from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
+from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.errors import HarnessError
 from clusterproof.prometheus.server import sweep_runs
 from clusterproof.core.run import metadata
 from clusterproof.kube.sweep import Sweep, sweep
@@ -279,6 +284,25 @@ def wait_controllers_started(api: client.ApiClient, timeout: float = 120) -> Non
              timeout=timeout, interval=0.5, what="kube-controller-manager created the default ServiceAccount")
 
 
+def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,
+                   as_real_cluster: bool) -> tuple[access.Manifest, bool]:
+    """Before any test, on a cluster the harness does not own: reachable, the identity holds what the shipped
+    manifest grants (``destructive``: its destructive part too), and the profile asks nothing a guest may not
+    do. Returns (the manifest it was checked against, whether the nodes are real hardware); raises
+    ``HarnessError`` (one line) otherwise. ``calls`` records the permission preflight's requests too."""
+    api = load_client(kubeconfig, context)
+    calls.install(api)    # the permission preflight's requests are the run's too
+    check_reachable(api)
+    team_namespaces = tuple(parse_team_namespaces(profile.team_namespaces).values())
+    manifest = access.check(api, destructive=destructive, team_namespaces=team_namespaces)
+    real = as_real_cluster or not is_simulated(api)
+    if real and profile.team_admission in ("harness", "wildcard"):
+        raise HarnessError(f"team_admission={profile.team_admission} installs admission policies, which act "
+                           "on every matching pod of the cluster: a guest never does that on a cluster it "
+                           "does not own; test the cluster's own admission (team_admission: cluster)")
+    return manifest, real
+
+
 def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: str | None,
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
@@ -365,3 +389,22 @@ def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
                 progress(f"kept embedded cluster {cluster.kwok.name}; kubeconfig: {cluster.kubeconfig}")
             else:
                 cluster.kwok.delete()
+
+
+def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> None:
+    """What the harness's identity asked of the API server in this run: said in one line, attached to the
+    report (with the rule of the manifest that allowed each call, on a cluster it does not own), and
+    written to ``--api-calls FILE``."""
+    rows, refused = c.calls.dump(), c.calls.refused()
+    if path:
+        Path(path).write_text(json.dumps({"server": server_url(c.api), "calls": rows}, indent=1))
+    lines = []
+    for call in sorted({call for call, _ in c.calls.calls}):
+        rule = c.manifest.allows(call) if c.manifest else None
+        lines.append(f"{call.describe()}" + (f"  <- {rule.describe()}" if rule else
+                                             ("  <- NOT IN THE MANIFEST" if c.manifest else "")))
+    allure.attach("\n".join(lines), "API calls of the harness's identity (verb, resource, scope)",
+                  allure.attachment_type.TEXT)
+    say(f"API calls of the harness's identity: {len(rows)} distinct, "
+        f"{sum(refused.values())} answered 403 Forbidden" + (f" ({', '.join(c.describe() for c in list(refused)[:3])})"
+                                                            if refused else ""))
