@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     job, rest = args[0], args[1:]
-    if job == "run":
-        import pytest
-        return int(pytest.main(["--pyargs", "clusterproof.suites", *rest]))
+    if job == "run":   # pytest's own entry point, as ``python -m pytest`` (the library never imports pytest)
+        return _run_module("pytest", ["--pyargs", "clusterproof.suites", *rest])
     if job == "bench":
         if not rest or rest[0] not in BENCHES:
             return _usage(f"bench needs one of: {', '.join(BENCHES)}")

@@ -36,7 +36,8 @@ from clusterproof.prometheus import history as prom_history
 from clusterproof.prometheus import limits as prom_limits
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.prometheus.target import PromTarget, shape_of
+from clusterproof.prometheus.history import shape_of
+from clusterproof.prometheus.target import PromTarget
 from clusterproof.prometheus.server import Limits, PromServer, own_directory
 from clusterproof.core.run import new_run_id
 from clusterproof.core.waiting import wait_for

@@ -340,13 +340,18 @@ def link_into(history: History, data_dir: Path) -> None:
                 shutil.copy2(src, out)
 
 
+def shape_of(profile) -> Shape:
+    """The history a profile asks for (``prometheus_backfill_*``; the cluster's own size by default)."""
+    return Shape(profile.prometheus_backfill_nodes or profile.nodes, profile.node_gpus,
+                 profile.prometheus_backfill_minutes, profile.prometheus_backfill_interval_s)
+
+
 def main(argv: list[str]) -> int:
     """``python -m clusterproof.prometheus.history --profile nightly [--set key=value ...]``: build (or find) the
     profile's history ahead of a run, e.g. before a timed nightly job."""
     import argparse
     import sys
     from clusterproof.config.profile import load_profile
-    from clusterproof.prometheus.target import shape_of
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
