@@ -19,7 +19,8 @@ import pytest
 from kubernetes.utils import parse_quantity
 
 from clusterproof.cluster import apimetrics
-from clusterproof.cluster.nodes import LIFECYCLE_TAINTS, is_ready, node_name
+from clusterproof.cluster.nodes import node_name
+from clusterproof.kube.nodes import LIFECYCLE_TAINTS, is_ready
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.fixtures import PROFILE
 from clusterproof.kube.client import list_raw

@@ -12,7 +12,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.cluster import apimetrics
 from clusterproof.kube import client as kube
-from clusterproof.taints import node_taints
+from clusterproof.kube import node_taints
 from clusterproof.kube.access import Manifest
 from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
 from clusterproof.core.errors import HarnessError

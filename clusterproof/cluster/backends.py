@@ -353,7 +353,7 @@ def release_owned(cluster: Cluster, progress: Callable[[str], None]) -> None:
     if cluster.record is None:
         return
     from clusterproof.kube.ownership import Record, delete_owned, owned_objects, read_records
-    from clusterproof.taints.node_taints import release_run_taints
+    from clusterproof.kube.node_taints import release_run_taints
     rec = read_records(cluster.api, cluster.record.namespace).get(cluster.run_id, Record())
     left = owned_objects(cluster.api, cluster.run_id, rec)
     removed = []

@@ -21,8 +21,7 @@ from clusterproof.cluster.node_plan import Pool, node_plan, node_pod_cidrs
 from clusterproof.config.profile import Profile
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.core.waiting import WaitTimeout
-# Taints the node lifecycle controller manages; a Ready node must not keep them.
-LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+from clusterproof.kube.nodes import has_ready_condition, is_ready
 
 
 def node_name(p: Profile, pool: Pool, index: int) -> str:
@@ -76,17 +75,6 @@ def create_nodes(api: client.ApiClient, p: Profile, run_id: str,
                 progress(f"nodes created: {done}/{total}")
                 last = time.monotonic()
     return total
-
-
-def has_ready_condition(node: dict) -> bool:
-    conds = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def is_ready(node: dict) -> bool:
-    """Ready=True and free of the lifecycle taints, i.e. schedulable."""
-    taints = node.get("spec", {}).get("taints") or []
-    return has_ready_condition(node) and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from kubernetes import client
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.client import get_if_present, list_raw, raw_request
-from clusterproof.cluster.nodes import is_ready
+from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_pods, list_pods, pod_events, terminating
 from clusterproof.core.run import RUN_LABEL, metadata

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.client import list_raw
-from clusterproof.cluster.nodes import is_ready
+from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.pods import list_pods, pod_events
 from clusterproof.core.run import SCRATCH_LABEL
 from clusterproof.core.waiting import wait_for

@@ -38,7 +38,7 @@ from clusterproof.gang.gangs import GANG_LABEL, Placement, rank
 from clusterproof.cluster.health import last_log_line
 from clusterproof.kube.client import delete_each, delete_if_present, list_raw, raw_request
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
-from clusterproof.taints.node_taints import ScratchNode, create_scratch_nodes
+from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_run_pods
 from clusterproof.preflight.contract import PENDING, Marks
