@@ -28,7 +28,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.apf import apf
 from clusterproof.cluster import apimetrics
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.cluster import hostpkgs
 from clusterproof.cluster import identities
 from clusterproof.cluster import realnodes

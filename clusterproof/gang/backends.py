@@ -1,7 +1,7 @@
 """Which gang schedulers the gang suite runs against (its fixtures: ``clusterproof.fixtures.gang``).
 
 - ``coscheduling``: on the embedded cluster, the harness's own Coscheduling
-  scheduler (``clusterproof.gang.coscheduling``: started with the cluster as a kwokctl
+  scheduler (``clusterproof.cluster.coscheduling``: started with the cluster as a kwokctl
   component, CRDs applied at start); elsewhere ``gang_scheduler_name`` names
   the one the cluster runs, and its PodGroup CRD must be installed.
 - ``native``: Kubernetes' own gang scheduling, checked only by profiles that
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
