@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import allure
 import urllib3
@@ -45,7 +45,6 @@ from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
 from clusterproof.config.rules import parse_team_namespaces
 from clusterproof.core.errors import HarnessError
-from clusterproof.prometheus.server import sweep_runs
 from clusterproof.core.run import metadata
 from clusterproof.kube.sweep import Sweep, sweep
 from clusterproof.core.waiting import wait_for
@@ -144,11 +143,13 @@ class Cluster:
 
 def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None],
                    keep: bool = False, coscheduling_components: bool = True,
-                   on_lease_lost: Callable[[str], None] | None = None) -> Cluster:
+                   on_lease_lost: Callable[[str], None] | None = None,
+                   local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
     """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
     and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each).
-    ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``)."""
-    sweep_local(progress, clusters=True)
+    ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``).
+    ``local_sweeps``: what else dead runs left on this machine (``sweep_local``)."""
+    sweep_local(progress, clusters=True, others=local_sweeps)
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", profile.heartbeat_factor, profile.node_lease_duration_s,
                      kwok_parallelism=profile.kwok_parallelism,
                      kubernetes_version=profile.kubernetes_version,
@@ -232,18 +233,20 @@ def real_node_images(profile: Profile, progress: Callable[[str], None]) -> dict:
     return {"pause": images.build(images.PAUSE, progress), "checker": images.build(images.CHECKER, progress)}
 
 
-def sweep_local(progress: Callable[[str], None], clusters: bool) -> None:
+LocalSweep = Callable[[Callable[[str], None]], None]
+
+
+def sweep_local(progress: Callable[[str], None], clusters: bool, others: Sequence[LocalSweep] = ()) -> None:
     """What runs on this machine left that were killed before their teardown: embedded clusters
-    (``clusters``: only a run that starts its own sweeps them) and Prometheus directories, which hold
-    a copy of an existing cluster's API token -- swept by every run, whatever suites it runs."""
+    (``clusters``: only a run that starts its own sweeps them) and what the domains name in ``others``
+    (the harness passes the Prometheus directories, which hold a copy of an existing cluster's API
+    token -- swept by every run, whatever suites it runs)."""
     if clusters:
         swept = sweep_clusters(say=progress)
         if swept:
             progress(f"swept {len(swept)} abandoned embedded cluster(s): {', '.join(swept)}")
-    swept = sweep_runs(say=progress)
-    if swept:
-        progress(f"swept {len(swept)} abandoned Prometheus director(ies) (with any token copy): "
-                 f"{', '.join(swept)}")
+    for sweep_other in others:
+        sweep_other(progress)
 
 
 def run_lease(api: client.ApiClient, run_id: str, home: str, profile: Profile,
@@ -307,7 +310,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
                      on_lease_lost: Callable[[str], None] | None = None,
-                     calls: Recorder | None = None) -> Cluster:
+                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
     """A cluster the harness does not own (``manifest``: what it was granted there, checked at configure).
 
     ``simulated``: decided at configure time (every node a kwok node, unless the run was told to treat it
@@ -315,7 +318,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
     unless ``sweep_leftovers`` or the profile's ``sweep_real_clusters`` says remove. The run works in
     namespaces claimed from the pool; what it creates elsewhere goes into its owner record.
     """
-    sweep_local(progress, clusters=False)
+    sweep_local(progress, clusters=False, others=local_sweeps)
     api = load_client(kubeconfig, context)
     calls = (calls or Recorder()).install(api)
     version = check_reachable(api)["gitVersion"]

@@ -61,7 +61,8 @@ def embedded(cluster, profile, run_id: str, say):
     """The harness's own Prometheus, scraping ``cluster`` over the profile's backfilled history; stopped
     and its directory removed afterwards, also after Ctrl-C."""
     limits = Limits.of(profile)
-    # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up (cluster.sweep_local).
+    # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up
+    # (``clusterproof.prometheus.server.sweep_abandoned``, handed to ``cluster.backends.sweep_local``).
     server = directory = None
     try:
         if cluster.kwok is not None:
