@@ -224,7 +224,9 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     wait_for(lambda: g.usable_nodes(api, profile.pool_label, exclude, gpus),
              until=lambda free: free >= size, timeout=180, interval=2,
              what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
-    probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
+    why = probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
+    if why:
+        pytest.fail(f"clusterproof: {why}", pytrace=False)
     [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,
                            timeout_s=profile.gang_scale_timeout_s)
     # Native gangs above the limit cannot form within their fixed timeout: the wait ends when the

@@ -38,7 +38,7 @@ import pytest
 from clusterproof.cluster import hostpkgs
 from clusterproof.cluster import realnodes
 from clusterproof.kube.client import get_if_present, list_raw
-from clusterproof.taints.node_taints import add_taint, remove_taint
+from clusterproof.kube.node_taints import add_taint, remove_taint
 from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.kube.pods import create_pods, delete_pods
 from clusterproof.preflight.contract import Marks

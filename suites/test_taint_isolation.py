@@ -46,7 +46,7 @@ from clusterproof.core.errors import HarnessError
 from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.client import api_message, list_raw, raw_request
-from clusterproof.taints.node_taints import NotIdle, borrow_idle_node, create_scratch_nodes
+from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.fixtures import PROFILE

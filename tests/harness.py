@@ -168,7 +168,7 @@ def run_leftovers(api, run_id: str) -> list[str]:
     nodes it borrowed, and its Lease, owner record and claims in the home namespace."""
     from clusterproof.kube.access import HOME
     from clusterproof.kube.client import get_if_present, list_raw
-    from clusterproof.kube.nodes import added_taints_key
+    from clusterproof.kube.node_taints import added_taints_key
     from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
     sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
     left = [f"namespace {n['metadata']['name']}" for n in list_raw(api, "/api/v1/namespaces", sel)["items"]]

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.gang import gangs as g
 from clusterproof.core.waiting import wait_for
 from tests.harness import allure_results, run_pytest

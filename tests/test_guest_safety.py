@@ -27,14 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from clusterproof.taints import node_taints
+from clusterproof.taints import scratch_nodes
 from clusterproof.kube.access import HOME
 from clusterproof.kube.informer import watch_lines
 from clusterproof.kube.client import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
 from clusterproof.kube.liveness import RunLease, wait_expired
 from clusterproof.kube.namespaces import create_namespace
-from clusterproof.kube.nodes import add_taint, records, remove_taint
-from clusterproof.taints.node_taints import NotIdle, borrow_idle_node
+from clusterproof.kube.node_taints import add_taint, records, remove_taint
+from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
@@ -303,7 +303,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
     """The claim is judged after it is written: a pod of someone else that lands on the first candidate
     right after the claim makes the run give that node back and take the next one."""
     api, run = cluster.api, f"borrow-r-{os.urandom(2).hex()}"
-    raced, claim = [], node_taints.claim_node
+    raced, claim = [], scratch_nodes.claim_node
 
     def claim_then_a_pod_arrives(api_, node):
         won = claim(api_, node)
@@ -311,7 +311,7 @@ def test_a_pod_bound_between_the_list_and_the_claim_makes_the_node_not_idle(clus
             _bystander_pod(api_, namespace, node.name, "arrived-after-the-list")
             raced.append(node.name)
         return won
-    monkeypatch.setattr(node_taints, "claim_node", claim_then_a_pod_arrives)
+    monkeypatch.setattr(scratch_nodes, "claim_node", claim_then_a_pod_arrives)
     node = borrow_idle_node(api, profile, run)
     try:
         assert raced and node.name != raced[0], (raced, node.name)

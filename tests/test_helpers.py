@@ -12,7 +12,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.cluster import apimetrics
 from clusterproof.kube import client as kube
-from clusterproof.kube import nodes as kube_nodes
+from clusterproof.kube import node_taints
 from clusterproof.kube.access import Manifest
 from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
 from clusterproof.core.errors import HarnessError
@@ -222,12 +222,12 @@ class _Item:
 def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped):
     import types
 
-    from clusterproof.cluster import session
     from clusterproof.fixtures import REAL_HARDWARE
+    from clusterproof.fixtures import cluster as cluster_fixtures
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
                                    option=types.SimpleNamespace(allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
-    session.pytest_collection_modifyitems(config, [harmless, destructive])
+    cluster_fixtures.pytest_collection_modifyitems(config, [harmless, destructive])
     assert not harmless.added
     assert bool(destructive.added) == skipped
     if skipped:
@@ -294,10 +294,10 @@ def test_a_node_rewritten_ten_times_in_a_row_gives_up_in_one_line(monkeypatch):
     def conflict(api, path, body):
         writes.append(body)
         raise client.ApiException(status=409, reason="Conflict")
-    monkeypatch.setattr(kube_nodes, "get_if_present", lambda api, path: node)
-    monkeypatch.setattr(kube_nodes, "merge_patch", conflict)
+    monkeypatch.setattr(node_taints, "get_if_present", lambda api, path: node)
+    monkeypatch.setattr(node_taints, "merge_patch", conflict)
     with pytest.raises(HarnessError, match="node n1 could not be written: 10 write conflicts in a row"):
-        kube_nodes.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
+        node_taints.add_taint(_api(), "n1", {"key": "k", "value": "v", "effect": "NoSchedule"})
     assert len(writes) == 10 and all(w["metadata"]["resourceVersion"] == "7" for w in writes)
 
 

@@ -34,7 +34,7 @@ from clusterproof.kube.client import delete_if_present, raw_request
 from clusterproof.core.timeparse import MICRO
 from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, RunLease, run_states, wait_expired
 from clusterproof.core.run import metadata
-from clusterproof.cluster.session import LivenessGuard, LivenessLost
+from clusterproof.fixtures.cluster import LivenessGuard, LivenessLost
 from clusterproof.fixtures import CLUSTER
 from clusterproof.core.waiting import wait_for
 from tests.harness import background_pytest, ended_early, junit_verdicts, run_leftovers

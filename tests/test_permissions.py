@@ -37,7 +37,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
 from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
-from clusterproof.gang.coscheduling import OWN_SCHEDULER
+from clusterproof.cluster.coscheduling import OWN_SCHEDULER
 from clusterproof.kube.client import api_message, load_client, merge_patch, raw_request
 from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import wait_for

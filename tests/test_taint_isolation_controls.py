@@ -27,8 +27,8 @@ from clusterproof.taints import admission as adm
 from clusterproof.kube.access import HOME
 from clusterproof.kube.client import delete_if_present, list_raw, raw_request
 from clusterproof.kube.liveness import RunLease, wait_expired
-from clusterproof.kube.nodes import ADDED_TAINTS_PREFIX, add_taint, added_taints_key, release_run_taints, remove_taint
-from clusterproof.taints.node_taints import borrow_idle_node
+from clusterproof.kube.node_taints import ADDED_TAINTS_PREFIX, add_taint, added_taints_key, release_run_taints, remove_taint
+from clusterproof.taints.scratch_nodes import borrow_idle_node
 from clusterproof.cluster.nodes import node_bodies, node_name
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata

@@ -1,5 +1,5 @@
-"""Node-join storm: hundreds of nodes registering at once, as kubelets would, measured (fixtures of the
-join checks in suites/test_api_overload.py).
+"""Node-join storm: hundreds of nodes registering at once, as kubelets would, measured (for the join
+checks of suites/test_api_overload.py, through ``clusterproof.fixtures.apf``, and clusterproof/bench/apf.py).
 
 Why: the seed cluster learned that hundreds of nodes joining at once can
 overload the API servers. Each joining node here registers itself the way a
@@ -30,7 +30,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import pytest
 from kubernetes import client
 
 from clusterproof.apf import apf
@@ -188,8 +187,6 @@ def remove_joined(api: client.ApiClient, tag: str, timeout: float = 300) -> None
              timeout=timeout, interval=1, what=f"joined nodes {sel} gone")
 
 
-# --- fixture ---------------------------------------------------------------------------------
-
 def join_both(api: client.ApiClient, profile, run_id: str, work, say, namespaces) -> dict[str, JoinRun]:
     """Both join modes, paced first, each with the well-behaved client running; nodes deleted after each
     (the suite's fixture and clusterproof/bench/apf.py). ``namespaces``: the cluster's namespace source."""
@@ -209,14 +206,6 @@ def join_both(api: client.ApiClient, profile, run_id: str, work, say, namespaces
         return out
     finally:
         namespaces.give_back(ns)
-
-
-@pytest.fixture(scope="module")
-def join_storm(cluster, profile, run_id, apf_config, tmp_path_factory, say) -> dict[str, JoinRun]:
-    if not cluster.simulated:
-        pytest.skip("a node-join storm needs simulated kubelets (kwok) to take the joined nodes over; this cluster "
-                    "has real nodes, and the harness never registers fake nodes there")
-    return join_both(cluster.api, profile, run_id, tmp_path_factory.mktemp("join"), say, cluster.namespaces)
 
 
 def comparison(runs: dict[str, JoinRun]) -> str:

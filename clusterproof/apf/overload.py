@@ -1,5 +1,5 @@
-"""API overload: the flood's own flow, its identities, and the measured flood (the fixtures of
-suites/test_api_overload.py).
+"""API overload: the flood's own flow, its identities, and the measured flood (what the fixtures of
+suites/test_api_overload.py, ``clusterproof.fixtures.apf``, and clusterproof/bench/apf.py run).
 
 Why a module: the suite asserts what held during a flood; how the flood's
 flow came to exist and how it was measured belongs here, undone at the end
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import allure
-import pytest
 from kubernetes import client
 
 from clusterproof.apf import apf
@@ -327,19 +326,6 @@ def wait_recovered(profile, flow: FloodFlow, prober: fm.WellBehaved, sampler: fm
         return str(e)
 
 
-# --- fixtures ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def apf_config(cluster, profile):
-    """The cluster's FlowSchemas and PriorityLevels; names the profile gives must exist (else exit 4)."""
-    config = apf.read_config(cluster.api)
-    try:
-        check_names(config, profile)
-    except HarnessError as e:
-        pytest.exit(f"clusterproof: {e}", returncode=4)
-    return config
-
-
 def verify_classification(api: client.ApiClient, token_file: Path, namespace: str, flow: FloodFlow,
                           headers: dict | None = None) -> None:
     """Wait until the flood identity's requests carry the run's FlowSchema and level UIDs (APF picks up a
@@ -415,19 +401,6 @@ def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig,
             namespaces.give_back(flood_ns)
         finally:
             namespaces.give_back(probe_ns)
-
-
-@pytest.fixture(scope="module")
-def flood(cluster, profile, run_id, apf_config, tmp_path_factory, say) -> FloodRun:
-    """The measured flood, once per module; everything it installed is removed afterwards."""
-    try:
-        with flooded(cluster.api, profile, run_id, apf_config, tmp_path_factory.mktemp("flood"), say,
-                     cluster.namespaces) as run:
-            yield run
-    except Busy as e:
-        pytest.skip(str(e))
-    except HarnessError as e:
-        pytest.fail(f"clusterproof: {e}", pytrace=False)
 
 
 def plots(run: FloodRun, profile) -> list[Figure]:

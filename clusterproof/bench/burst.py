@@ -26,7 +26,7 @@ from pathlib import Path
 from kubernetes import client
 
 from clusterproof.bench import common
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.cluster import toolchain
 from clusterproof.gang import gangs as g
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state

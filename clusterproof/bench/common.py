@@ -40,6 +40,7 @@ from clusterproof.core.errors import HarnessError
 from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.config.profile import Profile, load_profile
 from clusterproof.core.run import new_run_id
+from clusterproof.prometheus.server import sweep_abandoned
 
 # The committed figures the README quotes (reports/bench/) in a checkout; the output directory otherwise.
 OUT_DIR = outputs.bench_dir(CHECKOUT)
@@ -91,9 +92,11 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
             simulated = is_simulated(api)   # every node a kwok node
             # A bench is load: it works under the destructive manifest, checked like a suite run's.
             c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated,
-                                          manifest=access.check(api, destructive=True))
+                                          manifest=access.check(api, destructive=True),
+                                          local_sweeps=(sweep_abandoned,))
         else:
-            c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling)
+            c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling,
+                                        local_sweeps=(sweep_abandoned,))
         yield c
     except HarnessError as e:
         raise fail(e) from None

@@ -1,7 +1,7 @@
 """Pod creation load, measured: a pod watch starts, locust applies load/burst.py, the watch gathers.
 
 Shared by suites/test_burst_pod_creation.py (through the ``burst`` fixture
-below) and the benchmarks (clusterproof/bench/burst.py, clusterproof/bench/knee.py), so that the
+of ``clusterproof.fixtures.burst``) and the benchmarks (clusterproof/bench/burst.py, clusterproof/bench/knee.py), so that the
 suite's checks and the benchmarks' figures are the same numbers. Load (what
 to apply, phase by phase) is ``load/``; this module only orders the phases
 and measures (ClusterLoader2: measurements start before the phase, gather
@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import allure
-import pytest
 from kubernetes import client
 
 from clusterproof.cluster import apimetrics
@@ -38,7 +37,6 @@ from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
 from clusterproof.core.timeparse import parse_time
 from clusterproof.core.waiting import WaitTimeout, wait_for
-from clusterproof.burst import plan
 from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
 from clusterproof.kube.tokens import create_load_identity
 from clusterproof.core.locust import LocustResult, run_locust
@@ -261,37 +259,13 @@ def clear_phase(api, namespace: str, run_id: str, phase: Phase, timeout: float =
                 f"the {phase.name} phase's pods gone")
 
 
-# --- fixtures ------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def burst_namespace(cluster):
-    """One namespace for the whole burst (every test reads the same burst); pods deleted first."""
-    name = cluster.namespaces.take("burst")
-    yield name
-    # Delete the pods explicitly and wait: "nothing left behind" must hold
-    # when the run ends, not whenever the namespace controller gets to it.
-    cluster.namespaces.give_back(name)
-
-
-@pytest.fixture(scope="module")
-def burst(cluster, profile, run_id, burst_namespace, tmp_path_factory) -> dict[str, PhaseRun]:
-    """The steady phase, then the burst phase, each measured once per module; figures attached."""
-    phases = [plan.steady(profile), plan.burst(profile)]
-    free = schedulable_shared_nodes(cluster.api, profile)
+def oversized(phases: list[Phase], free: int, profile) -> str | None:
+    """Why the phases cannot run on the schedulable shared nodes (whole-node pods), or None."""
     for phase in phases:
         if phase.pods > free:
-            pytest.fail(f"the {phase.name} phase ({phase.pods} whole-node pods) is larger than the {free} "
-                        f"schedulable nodes labelled {profile.pool_label}=shared: lower its size", pytrace=False)
-    out, work = {}, tmp_path_factory.mktemp("burst")
-    for phase in phases:
-        out[phase.name] = run = run_phase(cluster.api, profile, phase, burst_namespace, run_id, work, cluster.real,
-                                          cluster.kwok)
-        clear_phase(cluster.api, burst_namespace, run_id, phase)
-        if run.interrupted:
-            # Every check of the module gets this one line (a harness error), not a verdict on a
-            # cluster whose API server was away.
-            pytest.fail(f"clusterproof: {run.interrupted}", pytrace=False)
-    return out
+            return (f"the {phase.name} phase ({phase.pods} whole-node pods) is larger than the {free} "
+                    f"schedulable nodes labelled {profile.pool_label}=shared: lower its size")
+    return None
 
 
 def attach(profile, run: PhaseRun) -> None:

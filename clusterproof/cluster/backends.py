@@ -15,24 +15,27 @@ Either way the run holds a Lease (``clusterproof.kube.liveness``) while it is al
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
+import allure
 import urllib3
 from kubernetes import client
 
 from clusterproof.kube import access
 from clusterproof.apf import apf
 from clusterproof.cluster import apimetrics
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.cluster import hostpkgs
 from clusterproof.cluster import identities
 from clusterproof.cluster import realnodes
 from clusterproof.cluster import toolchain
 from clusterproof.kube.apicalls import Recorder
-from clusterproof.kube.client import check_reachable, get_if_present, load_client, raw_request, server_url
+from clusterproof.kube.client import (check_reachable, get_if_present, is_simulated, load_client, raw_request,
+                                      server_url)
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, free_ports, sweep_clusters
 from clusterproof.kube.liveness import RunLease
 from clusterproof.kube.namespaces import Created, Pool
@@ -40,8 +43,9 @@ from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
-from clusterproof.prometheus.server import sweep_runs
 from clusterproof.core import measurement
+from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import metadata
 from clusterproof.kube.sweep import Sweep, sweep
 from clusterproof.core.waiting import wait_for
@@ -152,11 +156,13 @@ class Cluster:
 
 def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None],
                    keep: bool = False, coscheduling_components: bool = True,
-                   on_lease_lost: Callable[[str], None] | None = None) -> Cluster:
+                   on_lease_lost: Callable[[str], None] | None = None,
+                   local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
     """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
     and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each).
-    ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``)."""
-    sweep_local(progress, clusters=True)
+    ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``).
+    ``local_sweeps``: what else dead runs left on this machine (``sweep_local``)."""
+    sweep_local(progress, clusters=True, others=local_sweeps)
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", profile.heartbeat_factor, profile.node_lease_duration_s,
                      kwok_parallelism=profile.kwok_parallelism,
                      kubernetes_version=profile.kubernetes_version,
@@ -240,18 +246,20 @@ def real_node_images(profile: Profile, progress: Callable[[str], None]) -> dict:
     return {"pause": images.build(images.PAUSE, progress), "checker": images.build(images.CHECKER, progress)}
 
 
-def sweep_local(progress: Callable[[str], None], clusters: bool) -> None:
+LocalSweep = Callable[[Callable[[str], None]], None]
+
+
+def sweep_local(progress: Callable[[str], None], clusters: bool, others: Sequence[LocalSweep] = ()) -> None:
     """What runs on this machine left that were killed before their teardown: embedded clusters
-    (``clusters``: only a run that starts its own sweeps them) and Prometheus directories, which hold
-    a copy of an existing cluster's API token -- swept by every run, whatever suites it runs."""
+    (``clusters``: only a run that starts its own sweeps them) and what the domains name in ``others``
+    (the harness passes the Prometheus directories, which hold a copy of an existing cluster's API
+    token -- swept by every run, whatever suites it runs)."""
     if clusters:
         swept = sweep_clusters(say=progress)
         if swept:
             progress(f"swept {len(swept)} abandoned embedded cluster(s): {', '.join(swept)}")
-    swept = sweep_runs(say=progress)
-    if swept:
-        progress(f"swept {len(swept)} abandoned Prometheus director(ies) (with any token copy): "
-                 f"{', '.join(swept)}")
+    for sweep_other in others:
+        sweep_other(progress)
 
 
 def run_lease(api: client.ApiClient, run_id: str, home: str, profile: Profile,
@@ -292,11 +300,30 @@ def wait_controllers_started(api: client.ApiClient, timeout: float = 120) -> Non
              timeout=timeout, interval=0.5, what="kube-controller-manager created the default ServiceAccount")
 
 
+def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,
+                   as_real_cluster: bool) -> tuple[access.Manifest, bool]:
+    """Before any test, on a cluster the harness does not own: reachable, the identity holds what the shipped
+    manifest grants (``destructive``: its destructive part too), and the profile asks nothing a guest may not
+    do. Returns (the manifest it was checked against, whether the nodes are real hardware); raises
+    ``HarnessError`` (one line) otherwise. ``calls`` records the permission preflight's requests too."""
+    api = load_client(kubeconfig, context)
+    calls.install(api)    # the permission preflight's requests are the run's too
+    check_reachable(api)
+    team_namespaces = tuple(parse_team_namespaces(profile.team_namespaces).values())
+    manifest = access.check(api, destructive=destructive, team_namespaces=team_namespaces)
+    real = as_real_cluster or not is_simulated(api)
+    if real and profile.team_admission in ("harness", "wildcard"):
+        raise HarnessError(f"team_admission={profile.team_admission} installs admission policies, which act "
+                           "on every matching pod of the cluster: a guest never does that on a cluster it "
+                           "does not own; test the cluster's own admission (team_admission: cluster)")
+    return manifest, real
+
+
 def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: str | None,
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
                      on_lease_lost: Callable[[str], None] | None = None,
-                     calls: Recorder | None = None) -> Cluster:
+                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
     """A cluster the harness does not own (``manifest``: what it was granted there, checked at configure).
 
     ``simulated``: decided at configure time (every node a kwok node, unless the run was told to treat it
@@ -304,7 +331,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
     unless ``sweep_leftovers`` or the profile's ``sweep_real_clusters`` says remove. The run works in
     namespaces claimed from the pool; what it creates elsewhere goes into its owner record.
     """
-    sweep_local(progress, clusters=False)
+    sweep_local(progress, clusters=False, others=local_sweeps)
     api = load_client(kubeconfig, context)
     calls = (calls or Recorder()).install(api)
     version = check_reachable(api)["gitVersion"]
@@ -342,7 +369,7 @@ def release_owned(cluster: Cluster, progress: Callable[[str], None]) -> None:
     if cluster.record is None:
         return
     from clusterproof.kube.ownership import Record, delete_owned, owned_objects, read_records
-    from clusterproof.kube.nodes import release_run_taints
+    from clusterproof.kube.node_taints import release_run_taints
     rec = read_records(cluster.api, cluster.record.namespace).get(cluster.run_id, Record())
     left = owned_objects(cluster.api, cluster.run_id, rec)
     removed = []
@@ -378,3 +405,22 @@ def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
                 progress(f"kept embedded cluster {cluster.kwok.name}; kubeconfig: {cluster.kubeconfig}")
             else:
                 cluster.kwok.delete()
+
+
+def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> None:
+    """What the harness's identity asked of the API server in this run: said in one line, attached to the
+    report (with the rule of the manifest that allowed each call, on a cluster it does not own), and
+    written to ``--api-calls FILE``."""
+    rows, refused = c.calls.dump(), c.calls.refused()
+    if path:
+        Path(path).write_text(json.dumps({"server": server_url(c.api), "calls": rows}, indent=1))
+    lines = []
+    for call in sorted({call for call, _ in c.calls.calls}):
+        rule = c.manifest.allows(call) if c.manifest else None
+        lines.append(f"{call.describe()}" + (f"  <- {rule.describe()}" if rule else
+                                             ("  <- NOT IN THE MANIFEST" if c.manifest else "")))
+    allure.attach("\n".join(lines), "API calls of the harness's identity (verb, resource, scope)",
+                  allure.attachment_type.TEXT)
+    say(f"API calls of the harness's identity: {len(rows)} distinct, "
+        f"{sum(refused.values())} answered 403 Forbidden" + (f" ({', '.join(c.describe() for c in list(refused)[:3])})"
+                                                            if refused else ""))

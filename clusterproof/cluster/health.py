@@ -1,5 +1,9 @@
 """The control plane's health: kept up like a node keeps its static pods, checked around every module.
 
+Here: the ``Supervisor``, the health checks, and ``ModuleGuard`` (what the
+module fixture ``control_plane_guard`` of ``clusterproof.fixtures.cluster``
+asks before and after each module).
+
 Why: one suite must not poison the next. A 4,000-pod native gang once kept
 kube-scheduler so busy that it lost its leader lease and exited; nothing
 restarted it, and the next suite waited 600 s per check for binds that
@@ -30,10 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import allure
-import pytest
 from kubernetes import client
 
-from clusterproof.cluster import apimetrics
 from clusterproof.cluster.apiguard import ApiGuard
 from clusterproof.kube.client import get_if_present, raw_request
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
@@ -222,78 +224,56 @@ def settle(cluster, supervisor: Supervisor | None, timeout: float = RECOVERY_S) 
         return problems(cluster, supervisor)
 
 
-# --- fixtures ----------------------------------------------------------------------------------
+class ModuleGuard:
+    """One test module's watch over the control plane (the ``control_plane_guard`` fixture): was it healthy
+    when the module started, and did the module break it? Each answer is the failure's one line, or None."""
 
-@pytest.fixture(scope="session")
-def api_guard(cluster) -> ApiGuard:
-    """The session's reading of the API servers' 5xx and 429s (clusterproof.cluster.apiguard)."""
-    return ApiGuard(cluster.api, replicas=max(1, apimetrics.apiserver_replicas(cluster.api)))
+    def __init__(self, cluster, supervisor: Supervisor | None, api_guard: ApiGuard):
+        self.cluster, self.sup, self.guard = cluster, supervisor, api_guard
 
+    def start(self) -> str | None:
+        """Settle, then note where the module starts (restarts, processes, the apiservers' counters)."""
+        before = settle(self.cluster, self.sup)
+        if before:
+            return ("the control plane was already broken when this module started (an earlier module or the "
+                    f"environment broke it): {'; '.join(before)}")
+        sup = self.sup
+        self.mark = len(sup.restarts) if sup else 0
+        self.pids, self.paused_mark = (self.cluster.kwok.pids(), len(sup.ever_paused)) if sup else ({}, 0)
+        self.api_mark = self.guard.mark()
+        return None
 
-@pytest.fixture(scope="session")
-def supervisor(cluster, say):
-    """The embedded cluster's supervisor (None on an existing cluster: its operators supervise it)."""
-    if cluster.kwok is None:
-        yield None
-        return
-    sup = Supervisor(cluster.kwok).start()
-    say(f"supervising {', '.join(sup.expected)}")
-    try:
-        yield sup
-    finally:
-        sup.stop()
-
-
-def _uses_cluster(request) -> bool:
-    return any("cluster" in getattr(item, "fixturenames", ()) for item in request.session.items
-               if getattr(item, "module", None) is request.module)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def control_plane_guard(request):
-    """Before the module: is the control plane healthy? After: did the module break it?"""
-    if not _uses_cluster(request):
-        yield
-        return
-    cluster, sup = request.getfixturevalue("cluster"), request.getfixturevalue("supervisor")
-    guard = request.getfixturevalue("api_guard")
-    before = settle(cluster, sup)
-    if before:
-        # Every check of the module fails at once, saying what is broken (module fixtures come
-        # before the checks' own, e.g. a burst that would otherwise wait for binds).
-        pytest.fail("the control plane was already broken when this module started (an earlier module or the "
-                    f"environment broke it): {'; '.join(before)}", pytrace=False)
-    mark = len(sup.restarts) if sup else 0
-    pids, paused_mark = (cluster.kwok.pids(), len(sup.ever_paused)) if sup else ({}, 0)
-    api_mark = guard.mark()
-    yield
-    if sup:
-        sup.check()
-    # The namespaces this module deleted: the controller's work on them belongs to this module.
-    try:
-        wait_namespaces_gone(cluster.api, request.getfixturevalue("run_id"))
-        stuck = []
-    except WaitTimeout as e:
-        stuck = [str(e)]
-    left = settle(cluster, sup) + stuck
-    api = guard.since(api_mark)
-    allure.attach(api.report() if api else "the apiserver's counters could not be read twice from one replica",
-                  "API health during this module (5xx, 429s per flow schema)", allure.attachment_type.TEXT)
-    restarted = sup.since(mark) if sup else []
-    if sup:
-        # A component whose process changed during the module died in it, even if it came back
-        # before the supervisor looked (a restart the supervisor made is already in ``restarted``).
-        seen = {r.component for r in restarted} | set(sup.ever_paused[paused_mark:])
-        now = cluster.kwok.pids()
-        restarted += [Restart(c, time.time(), last_log_line(cluster.kwok.directory / "logs" / f"{c}.log"),
-                              c in now, None if c in now else "not running")
-                      for c, pid in pids.items() if now.get(c) != pid and c not in seen]
-    if restarted:
-        allure.attach("\n".join(map(str, restarted)), "control-plane components restarted during this module",
-                      allure.attachment_type.TEXT)
-    if restarted or left:
-        pytest.fail("this module broke the control plane: " + "; ".join([str(r) for r in restarted] + left),
-                    pytrace=False)
-    if api and api.errors:
-        pytest.fail(f"the API servers answered 5xx during this module: {api.error_line()}"
-                    + (f" ({api.note})" if api.note else ""), pytrace=False)
+    def end(self, run_id: str) -> str | None:
+        """After the module: what it broke (components that died, problems that outlast ``RECOVERY_S``,
+        namespaces not gone, 5xx answers); the findings are attached to the report."""
+        cluster, sup = self.cluster, self.sup
+        if sup:
+            sup.check()
+        # The namespaces this module deleted: the controller's work on them belongs to this module.
+        try:
+            wait_namespaces_gone(cluster.api, run_id)
+            stuck = []
+        except WaitTimeout as e:
+            stuck = [str(e)]
+        left = settle(cluster, sup) + stuck
+        api = self.guard.since(self.api_mark)
+        allure.attach(api.report() if api else "the apiserver's counters could not be read twice from one replica",
+                      "API health during this module (5xx, 429s per flow schema)", allure.attachment_type.TEXT)
+        restarted = sup.since(self.mark) if sup else []
+        if sup:
+            # A component whose process changed during the module died in it, even if it came back
+            # before the supervisor looked (a restart the supervisor made is already in ``restarted``).
+            seen = {r.component for r in restarted} | set(sup.ever_paused[self.paused_mark:])
+            now = cluster.kwok.pids()
+            restarted += [Restart(c, time.time(), last_log_line(cluster.kwok.directory / "logs" / f"{c}.log"),
+                                  c in now, None if c in now else "not running")
+                          for c, pid in self.pids.items() if now.get(c) != pid and c not in seen]
+        if restarted:
+            allure.attach("\n".join(map(str, restarted)), "control-plane components restarted during this module",
+                          allure.attachment_type.TEXT)
+        if restarted or left:
+            return "this module broke the control plane: " + "; ".join([str(r) for r in restarted] + left)
+        if api and api.errors:
+            return (f"the API servers answered 5xx during this module: {api.error_line()}"
+                    + (f" ({api.note})" if api.note else ""))
+        return None

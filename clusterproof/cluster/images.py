@@ -66,7 +66,6 @@ import importlib.metadata
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

@@ -44,6 +44,10 @@ SCHEDULER_PLUGINS_K8S_LIBS = "v1.34.4"
 # proxy serves (go list -m -versions).
 GO_NVML_VERSION = "v0.13.4-1"
 MOCKNVML_DIR = Path(__file__).resolve().parent.parent / "preflight" / "checker" / "mocknvml"
+# What the mock library reads from its environment (clusterproof.preflight.mock_nvml sets them; so does a
+# real node's GPU runtime, clusterproof.cluster.gpu_runtime).
+FAULTS_ENV = "CLUSTERPROOF_NVML_FAULTS"      # read by the mock library at every first nvmlInit
+MACHINE_ENV = "CLUSTERPROOF_NVML_MACHINE"    # which simulated machine it serves
 # Prometheus (and promtool) from module github.com/prometheus/prometheus, whose
 # v0.3MM.P tags are Prometheus 3.MM.P. The newest the module proxy serves,
 # v0.316.0, builds (measured 2026-11-23; older notes said v0.310+ lacked

@@ -1,7 +1,7 @@
-"""Which gang schedulers the gang suite runs against, and the fixtures that provide them.
+"""Which gang schedulers the gang suite runs against (its fixtures: ``clusterproof.fixtures.gang``).
 
 - ``coscheduling``: on the embedded cluster, the harness's own Coscheduling
-  scheduler (``clusterproof.gang.coscheduling``: started with the cluster as a kwokctl
+  scheduler (``clusterproof.cluster.coscheduling``: started with the cluster as a kwokctl
   component, CRDs applied at start); elsewhere ``gang_scheduler_name`` names
   the one the cluster runs, and its PodGroup CRD must be installed.
 - ``native``: Kubernetes' own gang scheduling, checked only by profiles that
@@ -16,26 +16,13 @@ CRD, a scheduler that binds nothing) fails every check with one line.
 """
 from __future__ import annotations
 
-import allure
-import pytest
 from kubernetes import client
 
-from clusterproof.gang import coscheduling
+from clusterproof.cluster import coscheduling
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
 from clusterproof.kube.client import get_if_present, server_url
-from clusterproof.taints.node_taints import create_scratch_nodes
-from clusterproof.fixtures import PROFILE
-
-
-
-def pytest_generate_tests(metafunc):
-    """The backends a check runs against: Coscheduling always, native if the profile asks for it."""
-    if "backend" in metafunc.fixturenames:
-        names = ["coscheduling"] + (["native"] if metafunc.config.stash[PROFILE].gang_native else [])
-        metafunc.parametrize("backend", names, ids=names, indirect=True)
-
 
 def native_backend(api: client.ApiClient, profile) -> Backend:
     """Native gang scheduling, if discovery shows the Workload API served."""
@@ -78,60 +65,17 @@ def progress_line(backends: list[Backend]) -> str:
             + (f"; not running {', '.join(skipped)}" if skipped else ""))
 
 
-@pytest.fixture(scope="module")
-def backends(cluster, profile, say) -> dict[str, Backend]:
-    found = {"coscheduling": coscheduling_backend(cluster, profile), "native": native_backend(cluster.api, profile)}
-    say(progress_line(list(found.values())))
-    return found
-
-
-@pytest.fixture
-def backend(request, backends) -> Backend:
-    """The gang scheduler under test; the Allure report and the test id name it."""
-    b = backends[request.param]
-    allure.dynamic.tag(f"gang:{b.name}")
-    allure.dynamic.parameter("gang backend", b.description or b.name)
-    allure.dynamic.label("gang-backends", progress_line(list(backends.values())))
-    if b.error:
-        pytest.fail(f"clusterproof: {b.error}", pytrace=False)
-    if b.skip:
-        pytest.skip(b.skip)
-    return b
-
-
 _probed: dict[str, str | None] = {}
 
 
-def probe_once(cluster, namespace: str, run_id: str, backend: Backend, place: Placement) -> None:
+def probe_once(cluster, namespace: str, run_id: str, backend: Backend, place: Placement) -> str | None:
     """Once per backend: a scheduler answers to its name (a probe pod is bound), so one that is
-    not running fails every check in seconds with one line instead of after every wait ran out."""
+    not running fails every check in seconds with one line instead of after every wait ran out.
+    Returns that line (the probe's error, remembered for the backend), or None."""
     if backend.name not in _probed:
         try:
             probe_scheduler(cluster.api, namespace, run_id, backend.scheduler_name, place, 30)
             _probed[backend.name] = None
         except HarnessError as e:
             _probed[backend.name] = str(e)
-    if _probed[backend.name]:
-        pytest.fail(f"clusterproof: {_probed[backend.name]}", pytrace=False)
-
-
-@pytest.fixture
-def dedicated(cluster, profile, run_id, backend, namespace) -> Placement:
-    """``gang_nodes`` scratch kwok nodes only this test's pods may use; deleted afterwards.
-
-    Why extra nodes: "one pod more than the free nodes" needs exact free
-    capacity; the scratch taint keeps every other pod (other suites, the
-    scale gang) off them, the label lets the test's pods select them.
-    """
-    if not cluster.simulated:
-        pytest.skip("exact-capacity gang checks need dedicated kwok nodes; on real hardware "
-                    "the harness does not create or relabel nodes")
-    nodes = create_scratch_nodes(cluster.api, profile, run_id, f"gang-{run_id[-4:]}-{namespace[-4:]}",
-                                 count=profile.gang_nodes)
-    try:
-        place = Placement(nodes[0].selector_label, (nodes[0].toleration,))
-        probe_once(cluster, namespace, run_id, backend, place)
-        yield place
-    finally:
-        for node in nodes:
-            node.release()
+    return _probed[backend.name]

@@ -36,7 +36,7 @@ from clusterproof.kube.client import delete_if_present, list_all
 from clusterproof.kube.liveness import LEASE_PREFIX, LEASES, run_states
 from clusterproof.kube.claims import NAMESPACE_CLAIM, TURN
 from clusterproof.kube.namespaces import empty
-from clusterproof.kube.nodes import records as taint_records, release_run_taints
+from clusterproof.kube.node_taints import records as taint_records, release_run_taints
 from clusterproof.kube.ownership import delete_owned, owned_objects, read_records, record_name
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
 

@@ -52,7 +52,7 @@ from clusterproof.kube.apicalls import Recorder
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.client import list_raw, load_client, raw_request
-from clusterproof.kube.nodes import patch_node
+from clusterproof.kube.node_taints import patch_node
 from clusterproof.kube.nodes import has_ready_condition, is_ready
 from clusterproof.preflight.contract import FAILED, Marks, condition_reason, evictable
 from clusterproof.core.run import RUN_LABEL, owner_annotations

@@ -26,8 +26,7 @@ from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 
 from clusterproof import IMPORT_ROOT as ROOT
-FAULTS_ENV = "CLUSTERPROOF_NVML_FAULTS"      # read by the mock library at every first nvmlInit
-MACHINE_ENV = "CLUSTERPROOF_NVML_MACHINE"    # which simulated machine it serves
+from clusterproof.cluster.toolchain import FAULTS_ENV, MACHINE_ENV
 
 
 @dataclass(frozen=True)

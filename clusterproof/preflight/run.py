@@ -1,4 +1,5 @@
-"""GPU preflight: the fixtures of suites/test_gpu_preflight.py and what they set up.
+"""GPU preflight: what suites/test_gpu_preflight.py runs against, set up and undone here (its fixtures,
+``clusterproof.fixtures.preflight``, only call these).
 
 Why a module: the suite checks the contract (``clusterproof.preflight.contract``)
 and must not know who runs preflight or how simulated GPUs come to be
@@ -31,14 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import allure
-import pytest
 
 from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import GANG_LABEL, Placement, rank
 from clusterproof.cluster.health import last_log_line
 from clusterproof.kube.client import delete_each, delete_if_present, list_raw, raw_request
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
-from clusterproof.taints.node_taints import ScratchNode, create_scratch_nodes
+from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_run_pods
 from clusterproof.preflight.contract import PENDING, Marks
@@ -46,7 +46,6 @@ from clusterproof.preflight.watch import ContractWatch
 from clusterproof.core.processes import (elsewhere_note, own_session_dying_with_parent, owner_alive, owner_elsewhere,
                                 owner_record, stop_group)
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from clusterproof.fixtures import EXTRA_ENV
 
 from clusterproof import IMPORT_ROOT as ROOT
 EVENTS_NAMESPACE = "default"         # where Events about (cluster-scoped) nodes live
@@ -54,12 +53,10 @@ WAIT_LABEL = "clusterproof.io/preflight-waiting"
 WORKDIR_PREFIX = "cp-preflight-"     # local work directories (fault file, agent log and status)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """``--local-gpus`` on a machine whose NVML cannot start: one line, exit 4, before any test."""
-    if getattr(config.option, "local_gpus", False) and not config.option.collectonly:
-        run = run_checker(None, checker_env(None, None), "--xid-window-ms", "0")
-        if run.returncode == 4:
-            raise pytest.UsageError(f"clusterproof: --local-gpus: {run.stderr}")
+def local_gpus_problem() -> str | None:
+    """``--local-gpus``: why this machine's NVML cannot start (the checker's own line), or None."""
+    run = run_checker(None, checker_env(None, None), "--xid-window-ms", "0")
+    return run.stderr if run.returncode == 4 else None
 
 
 def resolve_agent(setting: str, simulated: bool) -> str:
@@ -281,14 +278,19 @@ def teardown(api, run: PreflightRun, run_id: str) -> None:
                 shutil.rmtree(run.workdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def _preflight(cluster, profile, run_id, say, backends, pytestconfig):
+def environment_note(cluster, profile) -> str:
+    """What the report's environment says about the GPUs this run's preflight checks."""
+    return ("SIMULATED GPUs: go-nvml mock DGX machines through the project's libnvidia-ml.so.1 (no GPU used)"
+            if cluster.simulated else f"REAL GPUs: the cluster's own preflight machinery; checker pods "
+                                      f"({profile.preflight_image or 'no preflight_image'}) only with "
+                                      "--allow-destructive")
+
+
+def set_up(cluster, profile, run_id: str, say, backends) -> PreflightRun:
+    """The module's preflight run (see the module docstring). A mistake is kept as one line (``error``)
+    that every check fails with; interrupted, it undoes what it made."""
     api = cluster.api
     run = PreflightRun(Marks.from_profile(profile), cluster.simulated)
-    pytestconfig.stash.setdefault(EXTRA_ENV, {})["gpu.preflight"] = (
-        "SIMULATED GPUs: go-nvml mock DGX machines through the project's libnvidia-ml.so.1 (no GPU used)"
-        if cluster.simulated else f"REAL GPUs: the cluster's own preflight machinery; checker pods "
-                                  f"({profile.preflight_image or 'no preflight_image'}) only with --allow-destructive")
     try:
         run.agent_kind = resolve_agent(profile.preflight_agent, cluster.simulated)
         run.description = describe_agent(run.agent_kind)
@@ -302,24 +304,7 @@ def _preflight(cluster, profile, run_id, say, backends, pytestconfig):
     except BaseException:
         teardown(api, run, run_id)
         raise
-    try:
-        yield run
-    finally:
-        teardown(api, run, run_id)
-
-
-@pytest.fixture
-def preflight(_preflight, cluster):
-    allure.dynamic.tag(f"preflight-agent:{_preflight.agent_kind}")
-    allure.dynamic.tag("simulated-gpus:mock-nvml" if cluster.simulated else "real-gpus")
-    allure.dynamic.parameter("preflight run by", _preflight.description)
-    if _preflight.error:
-        pytest.fail(f"clusterproof: {_preflight.error}", pytrace=False)
-    try:
-        _preflight.alive()
-    except (HarnessError, RuntimeError) as e:
-        pytest.fail(f"clusterproof: {e}", pytrace=False)
-    return _preflight
+    return run
 
 
 def node_events(api, reason: str) -> dict[str, list[str]]:

@@ -255,7 +255,8 @@ def own_directory(run_id: str) -> Path:
 def sweep_runs(say: Callable[[str], None] | None = None) -> list[str]:
     """Remove Prometheus directories (and processes) of runs on this machine whose process is gone --
     with them the copy of the API server's token (``apiserver.token``) a killed run could not remove.
-    Every run sweeps them at its start, whichever suites it runs (``clusterproof.cluster.backends.sweep_local``).
+    Every run sweeps them at its start, whichever suites it runs (``sweep_abandoned``, which the cluster
+    fixture hands to ``clusterproof.cluster.backends``).
     A directory whose run was recorded on another host is left alone (``say`` is told)."""
     swept = []
     root = runs_root()
@@ -278,6 +279,14 @@ def sweep_runs(say: Callable[[str], None] | None = None) -> list[str]:
         shutil.rmtree(d, ignore_errors=True)
         swept.append(d.name)
     return swept
+
+
+def sweep_abandoned(progress: Callable[[str], None]) -> None:
+    """``sweep_runs``, said in one line: a local sweep for ``clusterproof.cluster.backends`` (``local_sweeps``)."""
+    swept = sweep_runs(say=progress)
+    if swept:
+        progress(f"swept {len(swept)} abandoned Prometheus director(ies) (with any token copy): "
+                 f"{', '.join(swept)}")
 
 
 class PeakRss:

@@ -1,7 +1,8 @@
 """The run's Prometheus: embedded (started, backfilled, removed) or existing (``--prometheus-url``).
 
-Why one fixture: suites ask for ``prometheus`` and get a ``PromTarget``
-whatever is behind it, as they get ``cluster``.
+Why one fixture (``prometheus``, in ``clusterproof.fixtures.prometheus``):
+suites get a ``PromTarget`` whatever is behind it, as they get ``cluster``.
+Here: the target, and how each kind comes to exist and goes away.
 
 - embedded (default): a Prometheus started on loopback by the harness only
   when a collected check asks for it (a session fixture is made on first
@@ -22,13 +23,10 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-import pytest
-
 from clusterproof.prometheus import history as prom_history
-from clusterproof.core import redact
-from clusterproof.core.errors import HarnessError
 from clusterproof.prometheus.history import History, shape_of
 from clusterproof.prometheus.client import Prom, check_reachable, duration_s
 from clusterproof.prometheus.server import Limits, PromServer, own_directory, scrape_job_from_api, scrape_jobs_from_kwok
@@ -52,47 +50,19 @@ class PromTarget:
         return duration_s(self.limits.query_timeout)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    opt = config.option
-    url = getattr(opt, "prometheus_url", None)
-    if not url:
-        if getattr(opt, "prometheus_token_file", None) or getattr(opt, "prometheus_ca_file", None):
-            raise pytest.UsageError("clusterproof: --prometheus-token-file/--prometheus-ca-file need "
-                                    "--prometheus-url (the Prometheus they belong to)")
-        return
-    if opt.collectonly:
-        return
-    try:
-        check_reachable(Prom(url, opt.prometheus_token_file, opt.prometheus_ca_file))
-    except HarnessError as e:
-        raise pytest.UsageError(f"clusterproof: {e}") from None
+def existing(url: str, token_file: str | None, ca_file: str | None, limits: Limits) -> PromTarget:
+    """``--prometheus-url``: a Prometheus others run (checked reachable before any test)."""
+    prom = Prom(url, token_file, ca_file)
+    return PromTarget("existing", prom, limits, version=check_reachable(prom).get("version", "?"))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Against an existing Prometheus, the heavy queries are destructive: opt-in only."""
-    url = getattr(config.option, "prometheus_url", None)
-    if not url:
-        return
-    skip = pytest.mark.skip(reason=f"sends the seed's pathological queries to the Prometheus at {redact.url(url)}, "
-                                   "which others use: pass --allow-destructive to run it")
-    for item in items:
-        if item.get_closest_marker(HEAVY):
-            item.add_marker(pytest.mark.destructive)
-            if not config.option.allow_destructive:
-                item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def prometheus(pytestconfig, cluster, profile, run_id, say):
-    """The Prometheus under test (see module doc); torn down even after Ctrl-C."""
-    opt = pytestconfig.option
+@contextmanager
+def embedded(cluster, profile, run_id: str, say):
+    """The harness's own Prometheus, scraping ``cluster`` over the profile's backfilled history; stopped
+    and its directory removed afterwards, also after Ctrl-C."""
     limits = Limits.of(profile)
-    if opt.prometheus_url:
-        prom = Prom(opt.prometheus_url, opt.prometheus_token_file, opt.prometheus_ca_file)
-        yield PromTarget("existing", prom, limits, version=check_reachable(prom).get("version", "?"))
-        return
-    # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up (cluster.sweep_local).
+    # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up
+    # (``clusterproof.prometheus.server.sweep_abandoned``, handed to ``cluster.backends.sweep_local``).
     server = directory = None
     try:
         if cluster.kwok is not None:

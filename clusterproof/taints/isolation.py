@@ -1,4 +1,5 @@
-"""Team taint isolation: the fixtures of suites/test_taint_isolation.py and what they set up.
+"""Team taint isolation: what suites/test_taint_isolation.py runs against, set up and undone here (its
+fixtures, ``clusterproof.fixtures.taints``, only call these).
 
 Why a module: the suite checks behaviour (where pods land, what admission
 did to them, what the scheduler said), and must not know how the admission
@@ -14,10 +15,10 @@ step came to exist. Here live, each undone at the end (also after Ctrl-C):
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import allure
-import pytest
 import yaml
 from kubernetes import client
 
@@ -58,6 +59,7 @@ class Isolation:
     low_value: int | None = None
     error: str | None = None
     placement: dict[str, Counter] = field(default_factory=dict)  # every check's pods, for the summary
+    created_priority_class: bool = False                        # the low-priority class is the run's own
 
     def attach_placement(self, api: client.ApiClient, pool_label: str, namespaces: list[str],
                          team_of: dict[str, str], title: str) -> None:
@@ -106,10 +108,7 @@ def check_named_namespace(api: client.ApiClient, rules: adm.TeamRules, team: str
                            "team_namespaces")
 
 
-# --- fixtures ------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def _isolation(cluster, profile, run_id, say):
+def set_up(cluster, profile, run_id: str, say) -> Isolation:
     """The admission step, the low-priority PriorityClass and the team pools; undone at the end.
 
     ``team_admission`` decides: the harness's policies (installed here,
@@ -117,12 +116,12 @@ def _isolation(cluster, profile, run_id, say):
     wildcard policy (negative control only), or the cluster's own admission
     (nothing installed; the PriorityClass must then exist). Mistakes (a team
     without nodes, a named namespace without the team label, the policy API
-    not served) are kept as one line that every check fails with.
+    not served) are kept as one line (``error``) that every check fails with;
+    interrupted, it undoes what it made.
     """
     api = cluster.api
     iso = Isolation(adm.TeamRules.from_profile(profile), named=parse_team_namespaces(profile.team_namespaces))
     kind = adm.resolve_admission(profile.team_admission, cluster.simulated)
-    created_pc = False
     try:
         nodes = placement.read_nodes(api, profile.pool_label)
         iso.pool_of = {n: info.pool for n, info in nodes.items()}
@@ -148,42 +147,43 @@ def _isolation(cluster, profile, run_id, say):
             iso.admission = adm.install_admission(api, iso.rules, run_id, kind, tuple(iso.named.values()))
             allure.attach(yaml.safe_dump_all(iso.admission.manifests, sort_keys=False),
                           "admission policies installed", allure.attachment_type.YAML)
-        iso.low_value, created_pc = ensure_priority_class(api, profile.low_priority_class,
-                                                          profile.low_priority_value, run_id,
-                                                          create=kind != "cluster")
+        iso.low_value, iso.created_priority_class = ensure_priority_class(
+            api, profile.low_priority_class, profile.low_priority_value, run_id, create=kind != "cluster")
         say(f"taint isolation: {iso.admission.description}; low-priority class "
             f"{profile.low_priority_class} (value {iso.low_value})")
     except HarnessError as e:
         iso.error = str(e)
     except BaseException:
-        _undo(api, iso, created_pc, profile, cluster.namespaces)
+        undo(api, iso, profile, cluster.namespaces)
         raise
-    try:
-        yield iso
-    finally:
-        if iso.placement:
-            allure.attach(placement.render_placement(iso.placement, iso.pools, list(profile.teams)),
-                          "placement of every check's pods (pods per team per node pool)",
-                          allure.attachment_type.TEXT)
-        _undo(api, iso, created_pc, profile, cluster.namespaces, run_id)
+    return iso
 
 
-def _undo(api, iso: Isolation, created_pc: bool, profile, namespaces, run_id: str | None = None) -> None:
-    """Remove what ``_isolation`` installed. With ``run_id`` (the module's normal end, not an interrupt):
+def tear_down(cluster, iso: Isolation, profile, run_id: str) -> None:
+    """The module's end: the placement of every check's pods attached, then everything ``set_up`` made undone."""
+    if iso.placement:
+        allure.attach(placement.render_placement(iso.placement, iso.pools, list(profile.teams)),
+                      "placement of every check's pods (pods per team per node pool)",
+                      allure.attachment_type.TEXT)
+    undo(cluster.api, iso, profile, cluster.namespaces, run_id)
+
+
+def undo(api, iso: Isolation, profile, namespaces, run_id: str | None = None) -> None:
+    """Remove what ``set_up`` installed. With ``run_id`` (the module's normal end, not an interrupt):
     wait until the deleted policies no longer act -- admission caches drop them asynchronously, and
     the next suite's pods in this run's namespaces (a per-node Service's pods tolerate every taint)
     were refused 0.3 s after the delete in a measured run."""
     try:
         if iso.admission is not None and run_id and iso.admission.objects and iso.error is None and profile.teams:
-            _remove_and_settle(api, iso, run_id, profile, namespaces)
+            remove_and_settle(api, iso, run_id, profile, namespaces)
     finally:
         if iso.admission is not None:
             iso.admission.remove(api)
-        if created_pc:
+        if iso.created_priority_class:
             delete_if_present(api, f"{PRIORITY_CLASSES}/{profile.low_priority_class}")
 
 
-def _remove_and_settle(api, iso: Isolation, run_id: str, profile, namespaces) -> None:
+def remove_and_settle(api, iso: Isolation, run_id: str, profile, namespaces) -> None:
     """Delete the policies and wait until a dry-run pod in a namespace they bound is admitted untouched
     (the namespace made first, and seen acting, so "untouched" cannot mean "not matched yet")."""
     team, other = profile.teams[0], (profile.teams[1] if len(profile.teams) > 1 else None)
@@ -199,18 +199,8 @@ def _remove_and_settle(api, iso: Isolation, run_id: str, profile, namespaces) ->
         namespaces.give_back(ns)
 
 
-@pytest.fixture
-def isolation(_isolation, cluster):
-    allure.dynamic.tag(f"team-admission:{_isolation.admission.kind if _isolation.admission else 'none'}")
-    if _isolation.admission is not None:
-        allure.dynamic.parameter("admission step", _isolation.admission.description)
-    if _isolation.error:
-        pytest.fail(f"clusterproof: {_isolation.error}", pytrace=False)
-    return _isolation
-
-
-@pytest.fixture
-def team_ns(cluster, isolation, run_id, profile):
+@contextmanager
+def team_namespaces(cluster, isolation: Isolation, run_id: str, profile):
     """{team: namespace} for this test: created and labelled (deleted afterwards), or the profile's.
 
     Waits until the admission step acts on each one (a dry-run pod gets the

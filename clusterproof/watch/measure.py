@@ -1,7 +1,7 @@
 """The watch-bandwidth measurement: watchers started from a LIST, churn at a set rate, counts on both sides.
 
-Shared by suites/test_watch_bandwidth.py (the ``watch_bandwidth`` fixture)
-and clusterproof/bench/watch_bandwidth.py, so the checks and the benchmark read the same
+Shared by suites/test_watch_bandwidth.py (the ``watch_bandwidth`` fixture of
+``clusterproof.fixtures.watch``) and clusterproof/bench/watch_bandwidth.py, so the checks and the benchmark read the same
 numbers. For each size of the Service (``watch_sizes``):
 
 1. the per-node Service (``clusterproof.watch.pernode_service``) grows to the size and
@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterproof.cluster import apimetrics
+from clusterproof.core.errors import HarnessError
 from clusterproof.watch import analysis as wa
 from clusterproof.kube.client import get_if_present, list_all, list_raw, server_url
 from clusterproof.watch.pernode_service import KUBE_PROXY_SELECTOR, SERVICE_NAME_LABEL, PerNodeService, churn_plan
@@ -334,7 +334,7 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
     return run
 
 
-# --- fixtures -------------------------------------------------------------------------------------
+# --- the target: the run's own per-node Service, or an existing one --------------------------------
 
 def own_target(namespace: str) -> Target:
     """The run's own per-node Service, in a namespace of the run's (``cluster.namespaces.take``)."""
@@ -346,39 +346,25 @@ def existing_target(profile) -> Target:
     return Target(ns, name, False)
 
 
-@pytest.fixture(scope="module")
-def watch_bandwidth(cluster, profile, run_id, say, watch_target) -> WatchRun:
-    """The whole measurement, once per module; the run's namespace (if any) is gone afterwards."""
+def check_input(cluster, profile, target: Target | None) -> None:
+    """Bad input for this cluster (``target``: an existing Service, or None for the run's own): raise
+    ``HarnessError``, one line. Checked here, not when the profile loads: a small cluster for other
+    suites must not trip on it."""
+    api = cluster.api
     if profile.watch_kcm_max_endpoints_per_slice and cluster.kwok is None:
-        pytest.exit("clusterproof: watch_kcm_max_endpoints_per_slice configures the embedded cluster's "
-                    "kube-controller-manager; an existing cluster keeps its own setting (drop --kubeconfig or the key)",
-                    returncode=4)
-    target = existing_target(profile) if watch_target != "per-node-service" else None
+        raise HarnessError("watch_kcm_max_endpoints_per_slice configures the embedded cluster's "
+                           "kube-controller-manager; an existing cluster keeps its own setting (drop --kubeconfig "
+                           "or the key)")
     if target is not None:
-        if get_if_present(cluster.api, f"/api/v1/namespaces/{target.namespace}/services/{target.name}") is None:
-            pytest.exit(f"clusterproof: watch_service {profile.watch_service}: no such Service on "
-                        f"{server_url(cluster.api)}; name an existing <namespace>/<service>", returncode=4)
-        return _measured(cluster.api, profile, target, run_id, say)
-    members = len(pool_nodes(cluster.api, profile))
+        if get_if_present(api, f"/api/v1/namespaces/{target.namespace}/services/{target.name}") is None:
+            raise HarnessError(f"watch_service {profile.watch_service}: no such Service on "
+                               f"{server_url(api)}; name an existing <namespace>/<service>")
+        return
+    members = len(pool_nodes(api, profile))
     if not members:
-        pytest.exit(f"clusterproof: watch_pool {profile.watch_pool!r}: no node on {server_url(cluster.api)} "
-                    f"is labelled {profile.pool_label}={profile.watch_pool}", returncode=4)
+        raise HarnessError(f"watch_pool {profile.watch_pool!r}: no node on {server_url(api)} "
+                           f"is labelled {profile.pool_label}={profile.watch_pool}")
     if profile.watch_sizes[-1] > members * profile.node_max_pods:
-        # Checked here, not when the profile loads: a small cluster for other suites must not trip on it.
-        pytest.exit(f"clusterproof: watch_sizes asks for {profile.watch_sizes[-1]} endpoints, more than the {members} "
-                    f"nodes of {profile.watch_pool or 'the cluster'} hold at node_max_pods={profile.node_max_pods}; "
-                    "lower watch_sizes", returncode=4)
-    target = own_target(cluster.namespaces.take("watch"))
-    try:
-        return _measured(cluster.api, profile, target, run_id, say)
-    finally:
-        cluster.namespaces.give_back(target.namespace, timeout=600)
-
-
-def _measured(api, profile, target: Target, run_id: str, say) -> WatchRun:
-    try:
-        return run_all(api, profile, target, run_id, say)
-    except WatchInterrupted as e:
-        # Every check of the module gets this one line (a harness error), not a verdict.
-        pytest.fail(f"clusterproof: {e}", pytrace=False)
-
+        raise HarnessError(f"watch_sizes asks for {profile.watch_sizes[-1]} endpoints, more than the {members} "
+                           f"nodes of {profile.watch_pool or 'the cluster'} hold at "
+                           f"node_max_pods={profile.node_max_pods}; lower watch_sizes")

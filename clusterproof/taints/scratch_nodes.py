@@ -1,8 +1,8 @@
-"""Taints on nodes, and nodes one check uses alone (scratch nodes).
+"""Nodes one check uses alone (scratch nodes): fresh kwok nodes, or idle nodes borrowed and given back.
 
-Why a module: tainting is the one way a run changes nodes it did not
-create. Every taint change is a conditional write, recorded as the run's own on a node
-it did not create (``clusterproof.kube.nodes``). Here, one more rule:
+Their taints change through ``clusterproof.kube.node_taints`` (one
+conditional write each; on a node the run did not create, only the taints
+the run recorded as its own are removed). Besides:
 
 - a borrowed node is first claimed with the taint
   ``clusterproof.io/scratch=<run id>`` (conditional write again), and a node
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from clusterproof.kube.client import KWOK_ANNOTATION, delete_if_present, list_raw, raw_request
-from clusterproof.kube.nodes import add_taint, change_taints, is_ready, record_note, release_run_taints, remove_taint
+from clusterproof.kube.node_taints import add_taint, change_taints, record_note, release_run_taints, remove_taint
+from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.pods import list_pods
 from clusterproof.cluster.node_plan import node_capacity
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
