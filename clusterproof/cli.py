@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 JOBS = {
-    "compare": "clusterproof.report.compare",
     "upgrade": "clusterproof.cluster.upgrade",
     "sweep": "clusterproof.cluster.kwok",
     "toolchain": "clusterproof.cluster.toolchain",
@@ -49,6 +48,37 @@ def _run_module(module: str, argv: list[str]) -> int:
     return 0
 
 
+def _compare(argv: list[str]) -> int:
+    """``clusterproof compare BASELINE CANDIDATE``: the comparison outside a run (tolerances from a profile)."""
+    import argparse
+    import json
+    from clusterproof.config.profile import load_profile
+    from clusterproof.core.errors import HarnessError
+    from clusterproof.report.compare import REGRESSION_EXIT, SummaryError, Tolerance, compare, load, text_table
+    ap = argparse.ArgumentParser(prog="clusterproof compare",
+                                 description="Compare a clusterproof summary with a baseline (exit 6 on a regression).")
+    ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
+                                     "or a folder of them")
+    ap.add_argument("candidate", help="the summary to judge (default tolerances from its profile)")
+    ap.add_argument("--profile", default=None, help="take the tolerances from this profile (default: the candidate's)")
+    ap.add_argument("--json", default=None, help="also write the comparison here")
+    a = ap.parse_args(argv)
+    try:
+        base, now = load(a.baseline), load(a.candidate)
+        try:
+            profile = load_profile(a.profile or now.get("run", {}).get("profile") or "smoke", [])
+        except HarnessError as e:
+            raise SummaryError(str(e)) from None
+        c = compare(base, now, Tolerance.of(profile))
+    except SummaryError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 2
+    print(text_table(c))
+    if a.json:
+        Path(a.json).write_text(json.dumps(c.to_json(), indent=2))
+    return REGRESSION_EXIT if c.regressed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -61,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         if not rest or rest[0] not in BENCHES:
             return _usage(f"bench needs one of: {', '.join(BENCHES)}")
         return _run_module(f"clusterproof.bench.{rest[0]}", rest[1:])
+    if job == "compare":
+        return _compare(rest)
     if job == "rbac":
         name = "rbac-destructive.yaml" if "--destructive" in rest else "rbac.yaml"
         sys.stdout.write((Path(__file__).resolve().parent / "kube" / name).read_text())

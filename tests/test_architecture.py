@@ -53,13 +53,11 @@ def test_core_and_kube_import_no_domain(known):
     assert not v, "\n".join(v)
 
 
-@UNTIL_SPLIT
 def test_report_imports_no_domain(known):
     v = arch.report_violations(known)
     assert not v, "\n".join(v)
 
 
-@UNTIL_SPLIT
 def test_only_fixtures_and_suites_import_pytest(known):
     v = arch.pytest_violations(known)
     assert not v, "\n".join(v)

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from clusterproof import cli
 from clusterproof.report import compare
 from clusterproof.core.measurement import better_of
 from clusterproof.report.compare import Row, Tolerance
@@ -115,11 +116,11 @@ def test_the_command_line_comparison_exits_6_on_a_regression_and_0_otherwise(tmp
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_summary({"startup p99": (2.0, "s", "lower")})))
     b.write_text(json.dumps(_summary({"startup p99": (4.0, "s", "lower")})))
-    assert compare.main([str(a), str(b), "--json", str(tmp_path / "c.json")]) == compare.REGRESSION_EXIT
+    assert cli.main(["compare", str(a), str(b), "--json", str(tmp_path / "c.json")]) == compare.REGRESSION_EXIT
     assert "REGRESSED" in capsys.readouterr().out
     assert json.loads((tmp_path / "c.json").read_text())["regressed"] is True
-    assert compare.main([str(a), str(a)]) == 0
-    assert compare.main([str(a), str(tmp_path / "nope.json")]) == 2
+    assert cli.main(["compare", str(a), str(a)]) == 0
+    assert cli.main(["compare", str(a), str(tmp_path / "nope.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

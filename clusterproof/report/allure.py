@@ -13,17 +13,13 @@ from __future__ import annotations
 import html
 import inspect
 import json
-from collections import Counter
 from pathlib import Path
 
 from typing import Callable
 
 import allure
-from kubernetes import client
 
 from clusterproof.core.measurement import Figure
-from clusterproof.core.run import RUN_LABEL
-from clusterproof.kube.client import list_all, list_raw
 
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
 # messageRegex match (the regex must match the whole status message, which allure-pytest writes as
@@ -141,48 +137,14 @@ def name_result(item) -> None:
         allure.dynamic.description_html(as_html(doc))
 
 
-def attach_cluster_state(c, ready: Callable[[dict], bool]) -> None:
-    """A failed check's cluster summary and the events of this run's namespaces (``c``: the run's cluster)."""
+def attach_cluster_state(summary: Callable[[], str], events: Callable[[], str]) -> None:
+    """A failed check's cluster summary and the events of this run's namespaces (each read when called)."""
     try:
-        allure.attach(cluster_summary(c.api, c.profile.pool_label, names=c.simulated, ready=ready),
-                      "cluster summary", allure.attachment_type.TEXT)
-        allure.attach(run_events(c.api, c.run_id), "events in this run's namespaces", allure.attachment_type.TEXT)
+        allure.attach(summary(), "cluster summary", allure.attachment_type.TEXT)
+        allure.attach(events(), "events in this run's namespaces", allure.attachment_type.TEXT)
     except Exception as e:  # the report must never hide the real failure
         allure.attach(f"could not gather cluster state: {e}", "cluster state error",
                       allure.attachment_type.TEXT)
-
-
-def cluster_summary(api: client.ApiClient, pool_label: str, names: bool, ready: Callable[[dict], bool]) -> str:
-    """Nodes per pool and readiness (``ready``: a node's Ready condition): a table, not 7,500 lines. Node
-    names (of those not Ready) only on a simulated cluster: on a shared one the harness reports counts,
-    not other tenants' nodes."""
-    rows: Counter = Counter()
-    not_ready = []
-    for n in list_all(api, "/api/v1/nodes"):
-        pool = (n["metadata"].get("labels") or {}).get(pool_label, "(no pool label)")
-        is_ready = ready(n)
-        rows[(pool, is_ready)] += 1
-        if not is_ready and len(not_ready) < 50:
-            not_ready.append(n["metadata"]["name"])
-    lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
-    for pool in sorted({p for p, _ in rows}):
-        lines.append(f"{pool:30} {rows[(pool, True)]:>7} {rows[(pool, False)]:>10}")
-    if not_ready and names:
-        lines.append("not ready (first 50): " + ", ".join(not_ready))
-    return "\n".join(lines)
-
-
-def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
-    """The newest events in the namespaces this run created -- never another tenant's."""
-    events = []
-    for ns in list_raw(api, "/api/v1/namespaces", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]:
-        events += list_raw(api, f"/api/v1/namespaces/{ns['metadata']['name']}/events")["items"]
-    when = lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""  # noqa: E731
-    events.sort(key=when)
-    return "\n".join(
-        f"{when(e)} {e.get('type', ''):7} {e.get('reason', ''):24} {e['metadata']['namespace']} "
-        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: {e.get('message') or e.get('note')}"
-        for e in events[-limit:]) or "(no events)"
 
 
 def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -> None:

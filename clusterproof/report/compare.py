@@ -15,18 +15,16 @@ regression. Figures without a direction (a count the profile set, say) are
 shown, never judged. A check that passed in the baseline and fails now is
 listed first and is a regression whatever the figures say.
 
-Pure: reads and writes JSON, no cluster. ``python -m clusterproof.report.compare BASELINE
+Pure: reads and writes JSON, no cluster. ``clusterproof compare BASELINE
 CANDIDATE [--profile P]`` compares two summaries from the command line (e.g.
 an existing cluster before and after its upgrade); exit 6 on a regression.
 """
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
 import statistics
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -308,34 +306,3 @@ def html_table(c: Comparison) -> str:
                      f"<td style='color:{colour.get(r.verdict, '#000')}'>{e(r.verdict)}</td></tr>")
     parts.append("</table></body></html>")
     return "".join(parts)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clusterproof.report.compare",
-                                 description="Compare a clusterproof summary with a baseline (exit 6 on a regression).")
-    ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
-                                     "or a folder of them")
-    ap.add_argument("candidate", help="the summary to judge (default tolerances from its profile)")
-    ap.add_argument("--profile", default=None, help="take the tolerances from this profile (default: the candidate's)")
-    ap.add_argument("--json", default=None, help="also write the comparison here")
-    a = ap.parse_args(argv)
-    try:
-        base, now = load(a.baseline), load(a.candidate)
-        from clusterproof.core.errors import HarnessError
-        from clusterproof.config.profile import load_profile
-        try:
-            profile = load_profile(a.profile or now.get("run", {}).get("profile") or "smoke", [])
-        except HarnessError as e:
-            raise SummaryError(str(e)) from None
-        c = compare(base, now, Tolerance.of(profile))
-    except SummaryError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    print(text_table(c))
-    if a.json:
-        Path(a.json).write_text(json.dumps(c.to_json(), indent=2))
-    return REGRESSION_EXIT if c.regressed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
