@@ -18,7 +18,7 @@ import allure
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.cluster.nodes import node_name
 from clusterproof.kube.nodes import LIFECYCLE_TAINTS, is_ready
 from clusterproof.cluster.node_plan import node_plan

@@ -47,7 +47,7 @@ import time
 import allure
 import pytest
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.prometheus import limits as prom_limits
 from clusterproof.prometheus import slo as promslo
 from clusterproof.kube.client import raw_request
@@ -310,7 +310,7 @@ def probe_template(name, run_id):
 def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster, namespace, run_id, figures):
     """The API-call SLO figure two ways over the same window: PromQL over what Prometheus scraped
     (``clusterproof.prometheus.slo``, every replica) and the kube-apiserver's own ``/metrics`` snapshots
-    (``clusterproof.cluster.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
+    (``clusterproof.kube.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
     namespace. Prometheus' window runs from its first scrape after the first snapshot to its first scrape
     after the second, so the two windows differ by a few seconds at each end: the probe writes a kind no
     controller writes (a ConfigMap probe once counted 21 against 20 at 7,500 nodes: another client's

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from clusterproof.kube import access
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.kube import client as kube
 from clusterproof.kube import node_taints
 from clusterproof.kube.access import Manifest

@@ -23,7 +23,7 @@ import time
 import pytest
 from kubernetes import client
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.kube.informer import Informer, InformerError
 from clusterproof.kube.client import delete_if_present, list_raw, raw_request
 from clusterproof.kube.namespaces import create_namespace

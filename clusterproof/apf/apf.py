@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.kube.client import list_raw
 
 API = "/apis/flowcontrol.apiserver.k8s.io/v1"
@@ -256,7 +256,7 @@ def expectation_problems(config: ApfConfig, node_schema: str, controller_schemas
 
 # --- what the apiserver counted -------------------------------------------------------------------
 
-# The generic counter readers live with the other /metrics readers (clusterproof.cluster.apimetrics).
+# The generic counter readers live with the other /metrics readers (clusterproof.kube.apimetrics).
 counters, delta = apimetrics.counters, apimetrics.counter_delta
 
 

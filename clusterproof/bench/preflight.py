@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 from clusterproof.bench import common
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from clusterproof.preflight.run import PreflightRun, remove_waiting_workloads, setup_simulated, teardown
 from clusterproof.preflight.contract import Marks

@@ -27,7 +27,7 @@ from pathlib import Path
 import allure
 from kubernetes import client
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.kube.informer import InformerError
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s

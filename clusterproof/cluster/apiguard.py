@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterproof.apf import apf
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 
 Key = tuple  # (verb, group, resource, subresource, code)
 BY = ("verb", "group", "resource", "subresource", "code")

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from clusterproof.kube import access
 from clusterproof.apf import apf
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.cluster import coscheduling
 from clusterproof.cluster import hostpkgs
 from clusterproof.cluster import identities

@@ -1,6 +1,6 @@
 """API-call latency SLO figures from Prometheus: PromQL over a window, as ClusterLoader2 computes them.
 
-Why a second source: ``clusterproof.cluster.apimetrics`` reads one kube-apiserver's own
+Why a second source: ``clusterproof.kube.apimetrics`` reads one kube-apiserver's own
 ``/metrics`` (one replica behind a load balancer); a Prometheus that scrapes
 every replica sums them all, and keeps the figures after the run. The SLO
 is the same: p99 of ``apiserver_request_duration_seconds`` per (verb,
@@ -19,7 +19,7 @@ retries off, errors readable).
 from __future__ import annotations
 
 
-from clusterproof.cluster.apimetrics import DURATION, Latency
+from clusterproof.kube.apimetrics import DURATION, Latency
 from clusterproof.prometheus.client import Prom, PromQueryError
 from clusterproof.core.waiting import wait_for
 

@@ -28,7 +28,7 @@ from typing import Callable
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterproof.cluster import apimetrics
+from clusterproof.kube import apimetrics
 from clusterproof.core.errors import HarnessError
 from clusterproof.watch import analysis as wa
 from clusterproof.kube.client import get_if_present, list_all, list_raw, server_url
