@@ -35,7 +35,7 @@ from kubernetes import client
 from clusterproof.kube import access
 from clusterproof.cluster import backends
 from clusterproof.core.errors import HarnessError
-from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.config.keys import parse_team_namespaces
 from clusterproof.kube.apicalls import Recorder, refused_by_rbac
 from clusterproof.kube.client import api_message, check_reachable, is_simulated, load_client, server_url
 from clusterproof.kube.liveness import LIVENESS_EXIT
