@@ -39,7 +39,7 @@ from clusterproof.config.keys import parse_team_namespaces
 from clusterproof.kube.apicalls import Recorder, refused_by_rbac
 from clusterproof.kube.client import api_message, check_reachable, is_simulated, load_client, server_url
 from clusterproof.kube.liveness import LIVENESS_EXIT
-from clusterproof.config.profile import load_profile
+from clusterproof.config.profile import flatten_groups, load_profile
 from clusterproof.core.run import RUN_ID, new_run_id
 from clusterproof.fixtures import BRINGUP_S, CALLS, CLUSTER, MANIFEST, PROFILE, REAL_HARDWARE, RUN_ID as RUN_ID_KEY
 
@@ -69,7 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(sig, _interrupt)
     install_liveness_guard(config)
     try:
-        config.stash[PROFILE] = load_profile(config.option.profile, config.option.cp_set)
+        team_keys = flatten_groups(config.hook.pytest_clusterproof_profile_keys(config=config))
+        config.stash[PROFILE] = load_profile(config.option.profile, config.option.cp_set, team_keys)
     except HarnessError as e:
         raise pytest.UsageError(f"clusterproof: {e}") from None
     run_id = config.option.run_id or new_run_id()
