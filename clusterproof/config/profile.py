@@ -102,14 +102,14 @@ def flatten_groups(found: Sequence[Any]) -> tuple[type[KeyGroup], ...]:
 
 def profile_model(extra: Sequence[type[KeyGroup]] = ()) -> type[Profile]:
     """The profile model of the shipped groups, the installed entry points' and ``extra`` (a team's)."""
-    return _assemble(shipped_groups() + entry_point_groups() + tuple(g for g in extra))
+    # A group registered twice (hook and entry point) counts once.
+    return _assemble(tuple(dict.fromkeys(shipped_groups() + entry_point_groups() + tuple(extra))))
 
 
 @functools.lru_cache(maxsize=None)
 def _assemble(groups: tuple[type[KeyGroup], ...]) -> type[Profile]:
-    unique = tuple(dict.fromkeys(groups))       # a group registered twice (hook and entry point) counts once
     fields, owner = {}, {}
-    for group in unique:
+    for group in groups:
         for key, info in group.model_fields.items():
             if key in owner:
                 raise HarnessError(f"profile key {key!r} is declared by both {owner[key]} and "
@@ -117,7 +117,7 @@ def _assemble(groups: tuple[type[KeyGroup], ...]) -> type[Profile]:
             owner[key] = f"{group.__module__}.{group.__qualname__}"
             fields[key] = (info.annotation, info)
     model = create_model("Profile", __base__=Profile, __module__=__name__, **fields)
-    model.__key_groups__ = unique
+    model.__key_groups__ = groups
     return model
 
 
