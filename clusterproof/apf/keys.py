@@ -11,8 +11,6 @@ from clusterproof.config.keys import KeyGroup, NonNegFloat, ObjectName, ObjectNa
 
 
 class ApfKeys(KeyGroup):
-    title = "API overload"
-
     apf_node_flow_schema: ObjectName
     apf_controller_flow_schemas: ObjectNames
     apf_max_queue_depth: Pos

@@ -6,8 +6,6 @@ from clusterproof.config.keys import KeyGroup, NonNegFloat, Pos, PosFloat
 
 
 class BurstKeys(KeyGroup):
-    title = "burst pod creation"
-
     burst_steady_pods: Pos
     burst_steady_rate: PosFloat
     burst_bind_rate_min: PosFloat

@@ -12,8 +12,6 @@ from clusterproof.config.keys import Fraction, KeyGroup, LabelValues, Pos, PosFl
 
 
 class ClusterKeys(KeyGroup):
-    title = "the cluster"
-
     # the cluster
     nodes: Pos
     node_name_prefix: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")]

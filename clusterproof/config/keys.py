@@ -9,7 +9,7 @@ shipped keys take theirs from ``profiles/base.yaml``, where the reasons for them
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -24,9 +24,6 @@ class KeyGroup(BaseModel):
     rules between keys in ``rules``, which sees the whole assembled profile (a rule may read the
     keys of the cluster group, e.g. the node plan). A ValueError from ``rules`` is the run's one line."""
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    # Where a reader finds the group's keys documented (the unknown-key line names base.yaml).
-    title: ClassVar[str] = ""
 
     @staticmethod
     def rules(p: Any) -> None:

@@ -9,8 +9,6 @@ from clusterproof.config.keys import KeyGroup, Pos
 
 
 class GangKeys(KeyGroup):
-    title = "gang scheduling"
-
     gang_scheduler_name: str
     gang_scheduler_qps: Pos
     gang_scheduler_burst: Pos

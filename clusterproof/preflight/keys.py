@@ -9,8 +9,6 @@ from clusterproof.config.keys import Fraction, KeyGroup, Pos, PosFloat, Qualifie
 
 
 class PreflightKeys(KeyGroup):
-    title = "GPU preflight"
-
     preflight_label_key: QualifiedName
     preflight_reason_label_key: QualifiedName
     preflight_condition_type: Annotated[str, Field(pattern=r"^([A-Z][A-Za-z0-9]{0,62})?$")]

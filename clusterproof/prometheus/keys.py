@@ -16,8 +16,6 @@ def _prom_duration(v: str) -> str:
 
 
 class PrometheusKeys(KeyGroup):
-    title = "Prometheus query limits"
-
     prometheus_query_timeout: Annotated[str, AfterValidator(_prom_duration)]
     prometheus_max_samples: Pos
     prometheus_max_concurrency: Pos

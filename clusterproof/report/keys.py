@@ -10,8 +10,6 @@ from clusterproof.config.keys import KeyGroup, NonNeg, PosFloat
 
 
 class ReportKeys(KeyGroup):
-    title = "the report"
-
     # comparison with a baseline
     baseline_tolerance_pct: PosFloat
     baseline_tolerance_overrides: dict[str, PosFloat]

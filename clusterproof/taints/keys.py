@@ -8,8 +8,6 @@ from clusterproof.config.keys import DNS_LABEL, KeyGroup, Pos, PriorityClassName
 
 
 class TaintKeys(KeyGroup):
-    title = "team taint isolation"
-
     team_namespace_label: QualifiedName
     team_namespaces: list[str]
     team_admission: Literal["auto", "harness", "cluster", "wildcard"]

@@ -11,8 +11,6 @@ from clusterproof.config.keys import KeyGroup, Pos, PosFloat
 
 
 class WatchKeys(KeyGroup):
-    title = "EndpointSlice watch bandwidth"
-
     watch_service: str
     watch_pool: str
     watch_sizes: list[Annotated[int, Field(ge=1)]]
