@@ -18,7 +18,6 @@ pytestmark = pytest.mark.selftest
 # health.py, */measure.py, preflight/run.py, prometheus/target.py, apf/overload.py, apf/joinstorm.py,
 # taints/isolation.py, gang/backends.py, report/*) and the profile model (config/profile.py) are being
 # rebuilt by their owners; their violations are listed by these tests, which must then pass.
-UNTIL_SPLIT = pytest.mark.xfail(strict=False, reason="until the fixture split lands")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,6 @@ def test_every_suite_locustfile_and_bench_is_on_the_map(known):
     assert not missing, "\n".join(f"{p}: not on the map" for p in missing)
 
 
-@UNTIL_SPLIT
 def test_no_import_cycles(known):
     v = arch.cycles(known)
     assert not v, "\n".join(v)

@@ -9,7 +9,7 @@ import pytest
 
 from clusterproof.taints import admission as adm
 from clusterproof.kube import placement as pl
-from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.errors import HarnessError
 from clusterproof.config.profile import load_profile
 from clusterproof.core.run import RUN_LABEL

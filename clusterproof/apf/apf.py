@@ -23,7 +23,6 @@ answer them one way.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from kubernetes import client
@@ -76,32 +75,6 @@ def read_config(api: client.ApiClient) -> ApfConfig:
     fs = list_raw(api, FLOW_SCHEMAS)["items"]
     pls = list_raw(api, PRIORITY_LEVELS)["items"]
     return ApfConfig(sort_schemas(fs), {p["metadata"]["name"]: p for p in pls})
-
-
-# --- profile rules (pure) ---------------------------------------------------------------------
-
-def validate_profile(p) -> None:
-    """The overload suite's keys: a flood identity APF does not exempt, a valid queuing configuration."""
-    privileged = "system:masters"
-    if privileged in (p.apf_flood_group, p.apf_flood_user):
-        raise ValueError(f"the flood identity is in {privileged} (apf_flood_user/apf_flood_group), which API "
-                         "Priority and Fairness exempts: it would never be queued or rejected; name an ordinary "
-                         "user and group, or leave both empty for the run's ServiceAccount")
-    if p.apf_flood_group and not p.apf_flood_user:
-        raise ValueError("apf_flood_group is set but apf_flood_user is empty: the flood impersonates a user "
-                         "(in that group); name the user")
-    if p.apf_flood_queues:
-        if p.apf_flood_hand_size > p.apf_flood_queues:
-            raise ValueError(f"apf_flood_hand_size ({p.apf_flood_hand_size}) must not exceed apf_flood_queues "
-                             f"({p.apf_flood_queues})")
-        bits = math.ceil(math.log2(p.apf_flood_queues) * p.apf_flood_hand_size)
-        if bits > 60:   # the apiserver's shuffle-sharding limit (MaxHashBits)
-            raise ValueError(f"apf_flood_queues {p.apf_flood_queues} with apf_flood_hand_size "
-                             f"{p.apf_flood_hand_size} needs {bits} bits of entropy; the apiserver allows 60: "
-                             "lower the hand size")
-    if p.apf_flood_priority_level and p.apf_flood_queues:
-        raise ValueError("apf_flood_priority_level names an existing level, so apf_flood_queues (the run's own "
-                         "level's queuing) would be ignored: set one of them")
 
 
 # --- classification (pure) ----------------------------------------------------------------------

@@ -44,7 +44,7 @@ from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
-from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import metadata
 from clusterproof.kube.sweep import Sweep, sweep

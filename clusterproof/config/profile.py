@@ -1,273 +1,58 @@
-"""Profiles: flat YAML data that sizes a run, and the node plan derived from it.
+"""Profiles: flat YAML data that sizes a run, checked by a model assembled from the domains' key groups.
 
 Why flat: a user changes one number in a file (or ``--set key=value``), never
-code (ClusterLoader2 overrides). Every key has a default in
+code (ClusterLoader2 overrides). Every shipped key has a default in
 ``clusterproof/config/profiles/base.yaml``; a profile file overrides some of them and an unknown
 key is an error, so a typo cannot silently fall back to a default.
 
-The node plan (pools, counts, labels, taints, capacity) is derived from the
-profile by one function, used both to create simulated nodes and to check any
-cluster against what the profile declares.
+Why assembled: each domain declares its own keys, a ``KeyGroup`` (``clusterproof.core.keygroup``)
+named ``KEYS`` in ``clusterproof/<domain>/keys.py``, with the rules between them; the profile
+model is the union of the groups found there (the cluster's first), so a new suite brings its
+domain and its keys and edits nothing here. This module imports no domain: it finds the groups
+by that convention. A team's own suite adds groups in one of two ways (README "Write your own
+check"):
+
+- a hook in its ``conftest.py`` or plugin, ``pytest_clusterproof_profile_keys()``, returning a
+  ``KeyGroup`` subclass (or a list of them); its keys carry their defaults in the model;
+- an entry point in the group ``clusterproof.profile_keys`` of its own distribution, naming such
+  a class (found by every command, not only pytest).
+
+A team key is set like any other (its profile YAML, ``--set``); a key that two groups declare is
+an error, so a team cannot shadow a shipped key.
 """
 from __future__ import annotations
 
-import re
+import functools
+import importlib
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, Sequence, get_args, get_origin
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model, model_validator
 
-from clusterproof.config import rules
+from clusterproof.core.keygroup import KeyGroup
 from clusterproof.core.errors import HarnessError
-from clusterproof.cluster.node_plan import node_plan
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 BASE = PROFILES_DIR / "base.yaml"
-
-# RFC 1123 label value / qualified-name checks, as the apiserver applies them.
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = rules.DNS_LABEL
-
-
-def _is_qualified_name(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and bool(_LABEL_VALUE.match(name))
-
-
-def _qualified(v: str) -> str:
-    if not _is_qualified_name(v):
-        raise ValueError(f"{v!r} is not a valid label/taint key (e.g. example.com/team)")
-    return v
-
-
-def _label_values(v: list[str]) -> list[str]:
-    for team in v:
-        if not _LABEL_VALUE.match(team) or len(team) > 63:
-            raise ValueError(f"team name {team!r} is not a valid label value")
-    return v
-
-
-def _prom_duration(v: str) -> str:
-    from clusterproof.prometheus.client import duration_s
-    if duration_s(v) <= 0:
-        raise ValueError(f"{v!r} must be a positive duration")
-    return v
-
-
-def _priority_class(v: str) -> str:
-    if not _DNS_SUBDOMAIN.match(v) or len(v) > 253 or v.startswith("system-"):
-        raise ValueError(f"{v!r} is not a valid PriorityClass name (lower-case DNS name, not starting with system-)")
-    return v
-
-
-def _k8s_name(v: str) -> str:
-    if not _DNS_SUBDOMAIN.match(v) or len(v) > 253:
-        raise ValueError(f"{v!r} is not an object name (lower-case DNS name, e.g. system-node-high)")
-    return v
-
-
-def _k8s_name_or_empty(v: str) -> str:
-    return _k8s_name(v) if v else v
-
-
-def _k8s_names(v: list[str]) -> list[str]:
-    for x in v:
-        _k8s_name(str(x))
-    return v
-
-
-Pos = Annotated[int, Field(ge=1)]
-PosFloat = Annotated[float, Field(gt=0)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
-QualifiedName = Annotated[str, AfterValidator(_qualified)]
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+FIRST = "cluster"          # the core group: its keys (the node plan) are what other groups' rules read
+ENTRY_POINTS = "clusterproof.profile_keys"
 
 
 class Profile(BaseModel):
-    """Every profile key, typed; the defaults and the reasons for them are in clusterproof/config/profiles/base.yaml.
+    """The base of every assembled profile model: read-only, a name, ``profile[key]``.
 
-    Validation is pydantic's (types, bounds, literals) plus the cross-key
-    rules below; ``load_profile`` turns the first error into one line that
-    names the key, where its value came from, and what is wanted.
+    The keys and their types are the key groups' (``profile_model``); the defaults of the shipped
+    keys and the reasons for them are in clusterproof/config/profiles/base.yaml. Validation is
+    pydantic's (types, bounds, literals) plus each group's ``rules``; ``load_profile`` turns the
+    first error into one line that names the key, where its value came from, and what is wanted.
     """
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    # the cluster
-    nodes: Pos
-    node_name_prefix: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")]
-    node_gpus: Pos
-    node_cpu: Pos
-    node_memory: str
-    node_max_pods: Pos
-    node_ephemeral_storage: str
-    # pools and taints
-    pool_label: QualifiedName
-    teams: Annotated[list[str], AfterValidator(_label_values)]
-    team_fraction: Fraction
-    team_taint_key: QualifiedName
-    preflight_fraction: Fraction
-    preflight_taint_key: QualifiedName
-    # embedded control plane
-    kubernetes_version: Annotated[str, Field(pattern=r"^v1\.\d+\.\d+$")]
-    heartbeat_factor: PosFloat
-    node_lease_duration_s: Pos
-    kcm_api_qps: Pos
-    kcm_api_burst: Pos
-    kwok_parallelism: Pos
-    node_create_concurrency: Pos
-    scheduler_api_qps: Pos
-    scheduler_api_burst: Pos
-    cluster_start_timeout_s: Pos
-    bringup_timeout_s: Pos
-    kube_feature_gates: str
-    kube_runtime_config: str
-    component_identities: bool
-    real_nodes: Annotated[int, Field(ge=0, le=8)]
-    real_node_nvml: bool
-    real_node_identity: bool
-    # gang scheduling
-    gang_scheduler_name: str
-    gang_scheduler_qps: Pos
-    gang_scheduler_burst: Pos
-    gang_unschedulable_flush_s: Pos
-    gang_nodes: Annotated[int, Field(ge=2)]
-    gang_schedule_timeout_s: Pos
-    gang_observe_s: Pos
-    gang_bind_timeout_s: Pos
-    gang_scale_size: Pos
-    gang_scale_timeout_s: Pos
-    gang_native: bool
-    # team taint isolation
-    team_namespace_label: QualifiedName
-    team_namespaces: list[str]
-    team_admission: Literal["auto", "harness", "cluster", "wildcard"]
-    team_foreign_toleration: Literal["reject", "correct"]
-    low_priority_class: Annotated[str, AfterValidator(_priority_class)]
-    low_priority_value: int
-    taint_untolerated_pods: Pos
-    taint_borrow_nodes: Pos
-    taint_observe_s: Pos
-    taint_timeout_s: Pos
-    # comparison with a baseline (clusterproof.report.compare)
-    baseline_tolerance_pct: PosFloat
-    baseline_tolerance_overrides: dict[str, PosFloat]
-    baseline_min_change: dict[str, Annotated[float, Field(ge=0)]]
-    # SLOs
-    slo_mutating_p99_s: PosFloat
-    slo_list_p99_s: PosFloat
-    # burst pod creation
-    burst_steady_pods: Pos
-    burst_steady_rate: PosFloat
-    burst_bind_rate_min: PosFloat
-    burst_bind_slack_s: Annotated[float, Field(ge=0)]
-    burst_jobs: Pos
-    burst_job_size: Pos
-    burst_users: Pos
-    burst_locust_processes: Pos
-    burst_stall_timeout_s: Pos
-    burst_timeout_s: Pos
-    slo_pod_startup_p99_s: PosFloat
-    # GPU preflight (suites/test_gpu_preflight.py)
-    preflight_label_key: QualifiedName
-    preflight_reason_label_key: QualifiedName
-    preflight_condition_type: Annotated[str, Field(pattern=r"^([A-Z][A-Za-z0-9]{0,62})?$")]
-    preflight_event_reason: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,127}$")]
-    preflight_agent: Literal["auto", "harness", "cluster", "ignore-xid79", "untaint-early", "ignore-cap",
-                             "ignore-pdb"]
-    preflight_join_nodes: Pos
-    preflight_fault_fraction: Fraction
-    preflight_waiting_pods: Annotated[int, Field(ge=3)]
-    preflight_xid_window_ms: Annotated[int, Field(ge=0)]
-    preflight_quarantine_timeout_s: Pos
-    preflight_active_period_s: PosFloat
-    preflight_max_unavailable: Pos
-    preflight_inservice_faults: Pos
-    preflight_drain_timeout_s: Pos
-    preflight_remediation_timeout_s: Pos
-    preflight_fault_file: str
-    preflight_image: str
-    preflight_pod_timeout_s: Pos
-    # API overload: API Priority and Fairness (suites/test_api_overload.py)
-    apf_node_flow_schema: Annotated[str, AfterValidator(_k8s_name)]
-    apf_controller_flow_schemas: Annotated[list[str], AfterValidator(_k8s_names)]
-    apf_max_queue_depth: Pos
-    apf_flood_priority_level: Annotated[str, AfterValidator(_k8s_name_or_empty)]
-    apf_flood_shares: Annotated[int, Field(ge=1, le=1000)]
-    apf_flood_queues: Annotated[int, Field(ge=0, le=512)]
-    apf_flood_hand_size: Annotated[int, Field(ge=1, le=512)]
-    apf_flood_queue_length: Annotated[int, Field(ge=1, le=100000)]
-    apf_flood_user: str
-    apf_flood_group: str
-    apf_flood_users: Annotated[int, Field(ge=2)]
-    apf_flood_s: PosFloat
-    apf_flood_pods: Pos
-    apf_flood_impatient_fraction: Annotated[float, Field(ge=0, lt=1)]
-    apf_flood_max_attempts: Pos
-    apf_flood_timeout_s: Pos
-    apf_probe_rate: Annotated[float, Field(gt=0, le=50)]
-    apf_probe_pods: Pos
-    apf_baseline_s: PosFloat
-    apf_heartbeat_slack_s: Annotated[float, Field(ge=0)]
-    apf_recovery_s: PosFloat
-    apf_recovery_factor: Annotated[float, Field(ge=1)]
-    apf_join_nodes: Pos
-    apf_join_rate: PosFloat
-    apf_join_concurrency: Pos
-    apf_join_timeout_s: Pos
-    # Prometheus query limits (suites/test_prometheus_limits.py)
-    prometheus_query_timeout: Annotated[str, AfterValidator(_prom_duration)]
-    prometheus_max_samples: Pos
-    prometheus_max_concurrency: Pos
-    prometheus_gomaxprocs: Annotated[int, Field(ge=0)]
-    prometheus_timeout_slack_s: Annotated[float, Field(ge=0)]
-    prometheus_scrape_interval_s: Pos
-    prometheus_backfill_nodes: Annotated[int, Field(ge=0)]
-    prometheus_backfill_minutes: Annotated[int, Field(ge=2, le=118)]
-    prometheus_backfill_interval_s: Pos
-    prometheus_series_limit: Pos
-    prometheus_rss_factor: Annotated[float, Field(ge=1)]
-    # EndpointSlice watch bandwidth (suites/test_watch_bandwidth.py)
-    node_pod_cidr: str
-    watch_service: str
-    watch_pool: str
-    watch_sizes: list[Annotated[int, Field(ge=1)]]
-    watch_watchers: Pos
-    watch_churn: Pos
-    watch_churn_rate: PosFloat
-    watch_churn_kinds: list[Literal["replace", "ready", "drain"]]
-    watch_max_endpoints_per_slice: Annotated[int, Field(ge=1, le=1000)]
-    watch_budget_slices: PosFloat
-    watch_agreement_tolerance: Annotated[float, Field(gt=0, lt=1)]
-    watch_kcm_max_endpoints_per_slice: Annotated[int, Field(ge=0, le=1000)]
-    watch_slice_resource: Literal["endpointslices", "endpoints"]
-    watch_metric_resource: Literal["own", "other"]
-    watch_window_s: Pos
-    watch_settle_timeout_s: Pos
-    watch_create_concurrency: Pos
-    watch_projection_nodes: Pos
-    watch_projection_changes_per_node_hour: PosFloat
-    # harness: liveness and sweeping
-    run_lease_duration_s: Annotated[int, Field(ge=10)]
-    claim_wait_s: Pos
-    sweep_real_clusters: bool
-    # time budgets (clusterproof.report.timing)
-    budget_total_s: Annotated[int, Field(ge=0)]
-    budget_bringup_s: Annotated[int, Field(ge=0)]
-    budget_cluster_scale_s: Annotated[int, Field(ge=0)]
-    budget_burst_pod_creation_s: Annotated[int, Field(ge=0)]
-    budget_gang_scheduling_s: Annotated[int, Field(ge=0)]
-    budget_taint_isolation_s: Annotated[int, Field(ge=0)]
-    budget_gpu_preflight_s: Annotated[int, Field(ge=0)]
-    budget_api_overload_s: Annotated[int, Field(ge=0)]
-    budget_watch_bandwidth_s: Annotated[int, Field(ge=0)]
-    budget_prometheus_limits_s: Annotated[int, Field(ge=0)]
-    budget_real_nodes_s: Annotated[int, Field(ge=0)]
-
     _name: str = PrivateAttr("?")
+    __key_groups__: tuple[type[KeyGroup], ...] = ()
 
     @property
     def name(self) -> str:
@@ -278,8 +63,62 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Profile":
-        _validate(self)
+        for group in type(self).__key_groups__:
+            group.rules(self)
         return self
+
+
+def shipped_groups() -> tuple[type[KeyGroup], ...]:
+    """The domains' key groups: ``KEYS`` of every ``clusterproof/<domain>/keys.py``, the cluster's first."""
+    domains = sorted((d.name for d in PACKAGE_DIR.iterdir() if (d / "keys.py").is_file() and d.name != "config"),
+                     key=lambda name: (name != FIRST, name))
+    return tuple(importlib.import_module(f"clusterproof.{d}.keys").KEYS for d in domains)
+
+
+def entry_point_groups() -> tuple[type[KeyGroup], ...]:
+    """Key groups that installed distributions declare in the entry point group ``clusterproof.profile_keys``."""
+    groups = []
+    for ep in entry_points(group=ENTRY_POINTS):
+        try:
+            groups.append(ep.load())
+        except Exception as e:   # a team's broken plugin: one line, naming it
+            raise HarnessError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINTS}) cannot be loaded: "
+                               f"{type(e).__name__}: {e}") from None
+    return tuple(groups)
+
+
+def flatten_groups(found: Sequence[Any]) -> tuple[type[KeyGroup], ...]:
+    """What hooks return (a group, a list of groups, or None) as one tuple of groups."""
+    out = []
+    for item in found:
+        for g in (item if isinstance(item, (list, tuple)) else [item]):
+            if g is None:
+                continue
+            if not (isinstance(g, type) and issubclass(g, KeyGroup)):
+                raise HarnessError(f"profile key group {g!r} is not a subclass of clusterproof.core.keygroup.KeyGroup")
+            out.append(g)
+    return tuple(out)
+
+
+def profile_model(extra: Sequence[type[KeyGroup]] = ()) -> type[Profile]:
+    """The profile model of the shipped groups, the installed entry points' and ``extra`` (a team's)."""
+    # A group registered twice (hook and entry point) counts once.
+    return _assemble(tuple(dict.fromkeys(shipped_groups() + entry_point_groups() + tuple(extra))))
+
+
+@functools.lru_cache(maxsize=None)
+def _assemble(groups: tuple[type[KeyGroup], ...]) -> type[Profile]:
+    fields, owner = {}, {}
+    for group in groups:
+        for key, info in group.model_fields.items():
+            if key in owner:
+                raise HarnessError(f"profile key {key!r} is declared by both {owner[key]} and "
+                                   f"{group.__module__}.{group.__qualname__}; rename one")
+            owner[key] = f"{group.__module__}.{group.__qualname__}"
+            fields[key] = (info.annotation, info)
+    model = create_model("Profile", __base__=Profile, __module__=__name__, **fields)
+    model.__key_groups__ = groups
+    return model
 
 
 def _load_yaml(path: Path) -> dict:
@@ -304,15 +143,18 @@ def _load_yaml(path: Path) -> dict:
     return data
 
 
-def _base_type(key: str) -> type:
-    t = Profile.model_fields[key].annotation
+def _base_type(model: type[Profile], key: str) -> type:
+    t = model.model_fields[key].annotation
     while get_origin(t) is Annotated:
         t = get_args(t)[0]
     return get_origin(t) or t
 
 
-def _element_type(key: str) -> type | None:
-    args = get_args(Profile.model_fields[key].annotation)
+def _element_type(model: type[Profile], key: str) -> type | None:
+    t = model.model_fields[key].annotation
+    while get_origin(t) is Annotated:
+        t = get_args(t)[0]
+    args = get_args(t)
     t = args[0] if args else None
     while get_origin(t) is Annotated:
         t = get_args(t)[0]
@@ -326,24 +168,24 @@ def _number(v: str) -> Any:
         return v
 
 
-def _from_text(key: str, value: str) -> Any:
+def _from_text(model: type[Profile], key: str, value: str) -> Any:
     """A ``--set`` value (always text) read as the key's type: YAML scalars, comma lists."""
-    want = _base_type(key)
+    want = _base_type(model, key)
     if want is str or want is Literal:
         return value
     if want is list:
         items = [v.strip() for v in value.split(",") if v.strip()]
         # A list of numbers (watch_sizes) is read like its YAML form; a list of names stays text.
-        return [_number(v) for v in items] if _element_type(key) is int else items
+        return [_number(v) for v in items] if _element_type(model, key) is int else items
     try:
         return yaml.safe_load(value)
     except yaml.YAMLError:
         return value
 
 
-def _widen(key: str, value: Any) -> Any:
+def _widen(model: type[Profile], key: str, value: Any) -> Any:
     """YAML writes 1 for 1.0: an int is a valid float."""
-    if _base_type(key) is float and isinstance(value, int) and not isinstance(value, bool):
+    if _base_type(model, key) is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
 
@@ -352,17 +194,20 @@ _TYPE_NAMES = {"int_type": "int", "float_type": "float", "string_type": "str", "
                "bool_type": "bool", "int_from_float": "int"}
 
 
-def _one_line(err: dict, origin_of: dict[str, str], base: dict, name: str) -> str:
+def _one_line(err: dict, origin_of: dict[str, str], base: dict, name: str, like: dict | None = None) -> str:
     """pydantic's first error as the harness's one line: where, which key, what is wanted."""
+    like = like or {}
     loc = [x for x in err["loc"] if isinstance(x, str)]
     key = loc[0] if loc else None
     origin = origin_of.get(key, f"profile {name}") if key else f"profile {name}"
     value, kind, ctx = err.get("input"), err["type"], err.get("ctx") or {}
+    if kind == "missing":
+        return f"profile {name}: key {key!r} has no value; give it one in {BASE} (or a default in its key group)"
     if kind == "extra_forbidden":
         return f"{origin}: unknown key {key!r}; the keys are listed in {BASE}"
     if kind in _TYPE_NAMES or kind.endswith("_type"):
         want = _TYPE_NAMES.get(kind, kind.removesuffix("_type"))
-        return f"{origin}: {key} must be {want} (like {base.get(key)!r}), got {value!r}"
+        return f"{origin}: {key} must be {want} (like {base.get(key, like.get(key))!r}), got {value!r}"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()))
@@ -391,49 +236,35 @@ def resolve_profile_path(name_or_path: str) -> Path:
     return p
 
 
-def load_profile(name_or_path: str, overrides: list[str] | None = None) -> Profile:
+def load_profile(name_or_path: str, overrides: list[str] | None = None,
+                 groups: Sequence[type[KeyGroup]] = ()) -> Profile:
+    """The profile ``name_or_path`` over base.yaml and the groups' defaults, then ``--set`` overrides;
+    ``groups``: a team's key groups beside the shipped and installed ones."""
+    model = profile_model(groups)
+    keys = model.model_fields
     base = _load_yaml(BASE)
     path = resolve_profile_path(name_or_path)
-    merged = dict(base)
-    origin_of = {k: str(BASE) for k in base}
-    layers = [(str(path), _load_yaml(path))]
+    merged = {}
+    origin_of = {}
+    layers = [(str(BASE), base), (str(path), _load_yaml(path))]
     for item in overrides or []:
         if "=" not in item:
             raise HarnessError(f"--set {item!r}: write it as key=value (e.g. --set nodes=500)")
         k, v = item.split("=", 1)
         k = k.strip()
-        if k not in Profile.model_fields:
+        if k not in keys:
             raise HarnessError(f"--set {item}: unknown key {k!r}; the keys are listed in {BASE}")
-        layers.append((f"--set {item}", {k: _from_text(k, v)}))
+        layers.append((f"--set {item}", {k: _from_text(model, k, v)}))
     for origin, data in layers:
         for k, v in data.items():
-            if k not in Profile.model_fields:
+            if k not in keys:
                 raise HarnessError(f"{origin}: unknown key {k!r}; the keys are listed in {BASE}")
-            merged[k] = _widen(k, v)
+            merged[k] = _widen(model, k, v)
             origin_of[k] = origin
     try:
-        profile = Profile(**merged)
+        profile = model(**merged)
     except ValidationError as e:
-        raise HarnessError(_one_line(e.errors()[0], origin_of, base, path.stem)) from None
+        defaults = {k: f.default for k, f in keys.items() if not f.is_required()}
+        raise HarnessError(_one_line(e.errors()[0], origin_of, base, path.stem, defaults)) from None
     profile._name = path.stem
     return profile
-
-
-def _validate(p: Profile) -> None:
-    """Rules between keys (pydantic checks each key alone). A ValueError here is one line."""
-    if p.team_fraction + p.preflight_fraction > 1:
-        raise ValueError("team_fraction + preflight_fraction must not exceed 1")
-    if p.team_fraction > 0 and not p.teams:
-        raise ValueError(f"team_fraction is {p.team_fraction} but teams is empty")
-    plan = node_plan(p)
-    empty = [pool.name for pool in plan if pool.count == 0 and pool.name.startswith("team-")]
-    if empty:
-        raise ValueError(f"{', '.join(empty)} would get no nodes with nodes={p.nodes}; "
-                         "raise nodes or team_fraction, or drop teams")
-    rules.validate_burst(p, plan)
-    rules.validate_taints(p, plan)
-    rules.validate_preflight(p)
-    rules.validate_watch(p, plan)
-    rules.validate_prometheus(p)
-    from clusterproof.apf.apf import validate_profile   # the overload suite's keys, next to what they describe
-    validate_profile(p)

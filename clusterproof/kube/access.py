@@ -384,7 +384,7 @@ def team_bindings(team_namespaces: list[str]) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     import argparse
-    from clusterproof.config.rules import parse_team_namespaces
+    from clusterproof.core.keygroup import parse_team_namespaces
     from clusterproof.config.profile import load_profile
     p = argparse.ArgumentParser(prog="python -m clusterproof.kube.access")
     sub = p.add_subparsers(dest="cmd", required=True)

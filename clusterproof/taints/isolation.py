@@ -29,7 +29,7 @@ from clusterproof.kube.client import delete_if_present, get_if_present, raw_requ
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import delete_run_pods, list_pods
 from clusterproof.cluster.node_plan import node_plan
-from clusterproof.config.rules import parse_team_namespaces
+from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 

@@ -1,0 +1,25 @@
+"""The gang-scheduling suite's profile keys (suites/test_gang_scheduling.py); defaults in base.yaml."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from clusterproof.core.keygroup import KeyGroup, Pos
+
+
+class GangKeys(KeyGroup):
+    gang_scheduler_name: str
+    gang_scheduler_qps: Pos
+    gang_scheduler_burst: Pos
+    gang_unschedulable_flush_s: Pos
+    gang_nodes: Annotated[int, Field(ge=2)]
+    gang_schedule_timeout_s: Pos
+    gang_observe_s: Pos
+    gang_bind_timeout_s: Pos
+    gang_scale_size: Pos
+    gang_scale_timeout_s: Pos
+    gang_native: bool
+
+
+KEYS = GangKeys

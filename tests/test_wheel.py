@@ -1,0 +1,177 @@
+"""The distribution as a team gets it: a wheel, installed into a fresh venv outside this repository,
+running the example team suite (docs/examples/team-suite) with plain ``pytest`` and no conftest of
+ours, and one shipped check from the installed package.
+
+Why: everything else here runs from the checkout, where the finder in ``clusterproof/__init__.py``
+maps ``suites/``, ``fixtures/`` and ``load/`` into the package and every data file is at hand. Only
+an installed wheel shows that the package data is in it (profiles, RBAC manifests, pause.c, the
+checker and mocknvml sources), that nothing generic lands in site-packages, and that the pytest11
+entry point alone brings the fixtures and options.
+
+Cost: one wheel and one venv for the module (the pip cache makes the install a few seconds when
+the lock's wheels are cached; the build downloads setuptools for its isolated build env), then one
+embedded cluster of the team's profile (real_nodes: 0) and three runs against the session cluster.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+pytestmark = pytest.mark.selftest
+
+EXAMPLE = ROOT / "docs" / "examples" / "team-suite"
+GENERIC = {"fixtures", "reports", "load", "tests", "bench", "suites", "conftest.py"}
+
+
+def _env() -> dict[str, str]:
+    """The child's environment: nothing that points at this checkout or this venv. Byte code is written
+    (into the temporary venv): the install skips compiling every module (half its time), and the runs
+    compile only what they import, once."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHOME",
+                         "PYTHONDONTWRITEBYTECODE")}
+
+
+def _run(cmd: list, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked and untracked-not-ignored, as in the working tree):
+    setuptools builds in the source directory (build/, *.egg-info), and a stale build/lib there would
+    put a deleted module into the wheel."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for f in filter(None, files):
+        src = ROOT / f
+        if src.is_file() and not src.is_symlink():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / f)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(wheel, venv): the checkout's wheel, installed with the lock as constraints into a fresh venv."""
+    work = tmp_path_factory.mktemp("wheel")
+    timings = {}
+    t0 = time.monotonic()
+    src = _source_copy(work / "src")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", work / "dist", src], work)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    wheel = next((work / "dist").glob("clusterproof-*.whl"))
+    timings["build"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    venv = work / "venv"
+    made = _run([sys.executable, "-m", "venv", venv], work)
+    assert made.returncode == 0, made.stderr
+    inst = _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                 "--no-compile", wheel, "-c", ROOT / "requirements.txt"], work, timeout=900)
+    assert inst.returncode == 0, inst.stdout[-3000:] + inst.stderr[-3000:]
+    timings["venv + install"] = time.monotonic() - t0
+    print(f"\nwheel: {', '.join(f'{k} {v:.1f} s' for k, v in timings.items())}", file=sys.stderr)
+    return wheel, venv
+
+
+@pytest.fixture(scope="module")
+def team_dir(tmp_path_factory):
+    """The example team suite, as a team has it: a directory of its own, outside this repository."""
+    d = tmp_path_factory.mktemp("team") / "team-suite"
+    shutil.copytree(EXAMPLE, d, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    assert not any(p.name in ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+                   for parent in d.parents for p in parent.glob("*") if p.is_file()), \
+        "a pytest config above the team's directory would change its run"
+    return d
+
+
+def test_the_wheel_holds_the_package_and_its_data_and_nothing_generic(installed):
+    wheel, venv = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert len(top) == 2 and "clusterproof" in top and (top - {"clusterproof"}).pop().endswith(".dist-info"), top
+    for data in ("clusterproof/config/profiles/base.yaml", "clusterproof/config/profiles/smoke.yaml",
+                 "clusterproof/kube/rbac.yaml", "clusterproof/kube/rbac-destructive.yaml",
+                 "clusterproof/cluster/pause.c", "clusterproof/preflight/checker/Dockerfile",
+                 "clusterproof/preflight/checker/checker.py", "clusterproof/preflight/checker/mocknvml/go.mod",
+                 "clusterproof/suites/test_cluster_scale.py", "clusterproof/fixtures/__init__.py",
+                 "clusterproof/load/burst.py"):
+        assert data in names, f"{data} is not in the wheel"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert not {p.name for p in site.iterdir()} & GENERIC, sorted(p.name for p in site.iterdir())
+    # Paths resolved through __file__ point into site-packages and exist there.
+    probe = _run([venv / "bin" / "python", "-c",
+                  "import clusterproof, clusterproof.config.profile as p, clusterproof.cluster.images as i,"
+                  "clusterproof.cluster.toolchain as t, clusterproof.core.locust as l;"
+                  "print(clusterproof.CHECKOUT);"
+                  "[print(x, x.exists()) for x in (p.BASE, i.PAUSE_SOURCE, i.PREFLIGHT_DIR, t.MOCKNVML_DIR, l.LOAD_DIR)];"
+                  "print(sorted(g.__name__ for g in p.profile_model().__key_groups__))"], site.parent)
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.splitlines()
+    assert lines[0] == "None", f"the installed package thinks it is a checkout: {lines[0]}"
+    for line in lines[1:-1]:
+        path, exists = line.rsplit(" ", 1)
+        assert path.startswith(str(site)) and exists == "True", line
+    assert "TaintKeys" in lines[-1] and "ClusterKeys" in lines[-1], lines[-1]
+
+
+def test_the_console_command_helps_and_refuses_an_unknown_job_in_one_line(installed, tmp_path):
+    _, venv = installed
+    helped = _run([venv / "bin" / "clusterproof", "--help"], tmp_path)
+    assert helped.returncode == 0 and "clusterproof run" in helped.stdout and "bench" in helped.stdout, helped
+    bad = _run([venv / "bin" / "clusterproof", "no-such-job"], tmp_path)
+    assert bad.returncode != 0 and bad.stdout == "", bad
+    assert bad.stderr.strip().count("\n") == 0 and "unknown job 'no-such-job'" in bad.stderr, bad.stderr
+
+
+def test_the_team_suite_runs_against_an_embedded_cluster_with_its_own_key(installed, team_dir):
+    _, venv = installed
+    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--profile", "team.yaml"], team_dir, timeout=900)
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "starting embedded cluster" in run.stdout + run.stderr
+
+
+def test_the_team_key_is_accepted_and_a_typo_refused_in_one_line(installed, team_dir):
+    _, venv = installed
+    ok = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pods=9"], team_dir)
+    assert ok.returncode == 0 and "2 tests collected" in ok.stdout, ok.stdout + ok.stderr
+    typo = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pod=9"], team_dir)
+    assert typo.returncode == 4 and "Traceback" not in typo.stdout + typo.stderr, typo
+    assert typo.stderr.strip().splitlines() == [
+        f"ERROR: clusterproof: --set team_pod=9: unknown key 'team_pod'; the keys are listed in "
+        f"{next((venv / 'lib').glob('python3*/site-packages'))}/clusterproof/config/profiles/base.yaml"], typo.stderr
+    bad = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pods=0"], team_dir)
+    assert bad.returncode == 4 and "team_pods must be >= 1, got 0" in bad.stderr, bad
+
+
+def test_the_team_suite_runs_against_a_kubeconfig(installed, team_dir, cluster, profile):
+    _, venv = installed
+    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--kubeconfig", cluster.kubeconfig,
+                "--profile", profile.name, "--set", "real_nodes=0", "--set", "team_pods=5"], team_dir)
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "starting embedded cluster" not in run.stdout + run.stderr
+
+
+def test_a_shipped_check_runs_from_the_installed_package(installed, cluster, profile, tmp_path):
+    _, venv = installed
+    run = _run([venv / "bin" / "clusterproof", "run", "-q", "-p", "no:randomly", "-k", "test_every_node_is_ready",
+                "--kubeconfig", cluster.kubeconfig, "--profile", profile.name, "--set", "real_nodes=0"], tmp_path)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and " passed" in run.stdout and "failed" not in run.stdout, out[-4000:]
+
+
+def test_the_readme_section_is_the_example():
+    """README "Write your own check" shows the example's files as they are (cannot drift)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Write your own check"):readme.index("## Why this layout")]
+    for name in ("conftest.py", "test_team_pods.py", "team.yaml"):
+        assert (EXAMPLE / name).read_text().rstrip() in section, f"README shows another {name} than {EXAMPLE}"
