@@ -30,7 +30,8 @@ COMMAND = "clusterproof architecture > docs/architecture.md"
 
 RULES = """\
 - `suites/` -> `fixtures/` -> `clusterproof.<domain>` -> `clusterproof.kube`, `clusterproof.config` -> `clusterproof.core`:
-  dependencies run one way, and no module imports another that (directly or not) imports it back.
+  dependencies run one way, and no module imports another that (directly or not) imports it back;
+  between domains too: no two domains depend on each other, directly or through a third.
 - `clusterproof.core` imports no other domain; `clusterproof.kube` and `clusterproof.config` import only `core`
   (and each other).
 - `clusterproof.report` imports no domain but `core`: it renders figures, it does not make them.
@@ -255,14 +256,8 @@ def all_imports(known: dict[str, Module] | None = None) -> list[Import]:
     return [imp for mod in known.values() for imp in imports(mod, known)]
 
 
-def cycles(known: dict[str, Module] | None = None) -> list[str]:
-    """Import cycles among the distribution's modules (module-level and function-level imports alike)."""
-    known = known if known is not None else modules()
-    graph: dict[str, set[str]] = {name: set() for name in known}
-    for imp in all_imports(known):
-        if imp.target in graph and imp.target != imp.module:
-            graph[imp.module].add(imp.target)
-    # Tarjan's strongly connected components, iteratively.
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The loops of a directed graph: its strongly connected components of more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -303,7 +298,34 @@ def cycles(known: dict[str, Module] | None = None) -> list[str]:
                             break
                     if len(scc) > 1:
                         found.append(sorted(scc))
-    return [f"import cycle: {' <-> '.join(scc)}" for scc in sorted(found)]
+    return sorted(found)
+
+
+def cycles(known: dict[str, Module] | None = None) -> list[str]:
+    """Import cycles among the distribution's modules (module-level and function-level imports alike)."""
+    known = known if known is not None else modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for imp in all_imports(known):
+        if imp.target in graph and imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    return [f"import cycle: {' <-> '.join(scc)}" for scc in _strongly_connected(graph)]
+
+
+def domain_cycles(known: dict[str, Module] | None = None) -> list[str]:
+    """Domains that depend on each other (through any of their modules): the one-way rule between rooms."""
+    known = known if known is not None else modules()
+    graph: dict[str, set[str]] = {d: set() for d in DOMAINS}
+    where: dict[tuple[str, str], str] = {}
+    for imp in all_imports(known):
+        src, dst = domain_of(imp.module), domain_of(imp.target)
+        if src in graph and dst in graph and src != dst:
+            graph[src].add(dst)
+            where.setdefault((src, dst), _where(imp, known))
+    out = []
+    for scc in _strongly_connected(graph):
+        ties = [f"{a} -> {b} ({where[(a, b)]})" for a in scc for b in sorted(graph[a]) if b in scc]
+        out.append(f"domain cycle: {' <-> '.join(scc)}: " + "; ".join(ties))
+    return out
 
 
 def layer_violations(known: dict[str, Module] | None = None, exempt: tuple[str, ...] = ()) -> list[str]:

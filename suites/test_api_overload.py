@@ -44,7 +44,7 @@ import json
 import allure
 import pytest
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
 from clusterproof.cluster.identities import IDENTITIES
 from clusterproof.apf.joinstorm import MODES as JOIN_MODES, comparison

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
 from clusterproof.cluster.identities import sans
 from clusterproof.apf.overload import level_body, schema_body

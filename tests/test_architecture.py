@@ -14,12 +14,6 @@ from clusterproof import architecture as arch
 
 pytestmark = pytest.mark.selftest
 
-# Until the fixture split lands: the library modules that still hold fixtures and hooks (cluster/session.py,
-# health.py, */measure.py, preflight/run.py, prometheus/target.py, apf/overload.py, apf/joinstorm.py,
-# taints/isolation.py, gang/backends.py, report/*) and the profile model (config/profile.py) are being
-# rebuilt by their owners; their violations are listed by these tests, which must then pass.
-
-
 @pytest.fixture(scope="module")
 def known():
     return arch.modules()
@@ -44,10 +38,13 @@ def test_no_import_cycles(known):
     assert not v, "\n".join(v)
 
 
-def test_core_and_kube_import_no_domain(known):
-    # config is exempt for now: the profile model is being rebuilt from the domains' own key groups
-    # (config/profile.py imports cluster.node_plan, prometheus.client and apf.apf until then).
-    v = arch.layer_violations(known, exempt=("config",))
+def test_no_two_domains_depend_on_each_other(known):
+    v = arch.domain_cycles(known)
+    assert not v, "\n".join(v)
+
+
+def test_core_kube_and_config_import_no_domain(known):
+    v = arch.layer_violations(known)
     assert not v, "\n".join(v)
 
 
@@ -92,6 +89,7 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     (pkg / "core" / "a.py").write_text('"""A."""\nfrom clusterproof.gang import b\n')
     (pkg / "gang" / "b.py").write_text('"""B."""\nimport pytest\nfrom clusterproof.core.a import _hidden\n')
     (pkg / "report" / "r.py").write_text('"""R."""\ndef f():\n    from clusterproof.gang import b\n')
+    (pkg / "gang" / "c.py").write_text('"""C."""\nfrom clusterproof.report import r\n')
     (pkg / "load" / "l.py").write_text('"""L."""\nfrom clusterproof.fixtures import x\n')
     (pkg / "fixtures" / "x.py").write_text('"""X."""\nimport pytest\n')
     monkeypatch.setattr(arch.clusterproof, "PACKAGE_DIR", pkg)
@@ -101,6 +99,8 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     assert [v.split(": ", 1)[1] for v in arch.layer_violations(planted)] == \
         ["core imports clusterproof.gang.b (domain gang)"]
     assert [v.split(": ", 1)[1] for v in arch.report_violations(planted)] == ["report imports clusterproof.gang.b"]
+    [domains] = arch.domain_cycles(planted)
+    assert domains.startswith("domain cycle: core <-> gang <-> report: core -> gang ("), domains
     assert [v.split(": ", 1)[1] for v in arch.pytest_violations(planted)] == ["imports pytest"]
     assert [v.split(": ", 1)[1] for v in arch.load_violations(planted)] == ["load imports clusterproof.fixtures.x"]
     assert [v.split(": ", 1)[1] for v in arch.private_violations(planted)] == ["imports clusterproof.core.a._hidden"]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.client import list_all, raw_request
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import metadata

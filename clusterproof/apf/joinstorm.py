@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.apf import flood as fm
 from clusterproof.kube.informer import Informer

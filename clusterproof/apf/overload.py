@@ -28,7 +28,7 @@ from pathlib import Path
 import allure
 from kubernetes import client
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.access import HOME
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.kube.claims import TURN, Claims

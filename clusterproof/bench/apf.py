@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from clusterproof.bench import common
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
 from clusterproof.cluster.identities import IDENTITIES
 from clusterproof.apf.joinstorm import join_both

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube import apimetrics
 
 Key = tuple  # (verb, group, resource, subresource, code)

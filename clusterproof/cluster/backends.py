@@ -26,7 +26,7 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.kube import access
-from clusterproof.apf import apf
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube import apimetrics
 from clusterproof.cluster import coscheduling
 from clusterproof.cluster import hostpkgs

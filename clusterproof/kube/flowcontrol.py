@@ -1,4 +1,4 @@
-"""API Priority and Fairness: the cluster's FlowSchemas and PriorityLevels, how a request is
+"""API Priority and Fairness as the apiserver applies it: FlowSchemas and PriorityLevels, how a request is
 classified, and the apiserver's own per-flow counters.
 
 Why a module: the overload suite, the always-on API health guard and the
