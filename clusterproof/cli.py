@@ -52,6 +52,7 @@ def _compare(argv: list[str]) -> int:
     """``clusterproof compare BASELINE CANDIDATE``: the comparison outside a run (tolerances from a profile)."""
     import argparse
     import json
+
     from clusterproof.config.profile import load_profile
     from clusterproof.core.errors import HarnessError
     from clusterproof.report.compare import REGRESSION_EXIT, SummaryError, Tolerance, compare, load, text_table

@@ -26,13 +26,12 @@ from collections import deque
 
 import gevent
 from gevent.event import Event
-
 from locust import events, task
 from locust.exception import StopUser
 
-from clusterproof.kube.pod_spec import pod_body as whole_node_pod
-from clusterproof.core.run import RUN_LABEL
 from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.core.run import RUN_LABEL
+from clusterproof.kube.pod_spec import pod_body as whole_node_pod
 from clusterproof.load.kube_user import KubeApiUser, finish_runner
 
 JOB_LABEL = "clusterproof.io/job"

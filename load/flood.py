@@ -40,9 +40,10 @@ from collections import Counter, deque
 from locust import events, task
 from locust.exception import StopUser
 
-from clusterproof.kube.pod_spec import pod_body
 from clusterproof.apf.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
+from clusterproof.kube.pod_spec import pod_body
 from clusterproof.load.kube_user import KubeApiUser, finish_runner, locust_environment
+
 FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # clusterproof.kube.flowcontrol's names (locust does not import the client)
 PL_UID_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 

@@ -44,13 +44,14 @@ import json
 import allure
 import pytest
 
-from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
-from clusterproof.cluster.identities import IDENTITIES
-from clusterproof.apf.joinstorm import MODES as JOIN_MODES, comparison
-from clusterproof.apf.overload import plots
-from clusterproof.core.stats import percentile
 from clusterproof.apf.flood_plan import pod_names
+from clusterproof.apf.joinstorm import MODES as JOIN_MODES
+from clusterproof.apf.joinstorm import comparison
+from clusterproof.apf.overload import plots
+from clusterproof.cluster.identities import IDENTITIES
+from clusterproof.core.stats import percentile
+from clusterproof.kube import flowcontrol as apf
 
 SHOW = 8
 

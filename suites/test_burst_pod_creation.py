@@ -39,10 +39,10 @@ import allure
 import pytest
 
 from clusterproof.burst.measure import attach
-from clusterproof.fixtures import PROFILE
-from clusterproof.core.stats import percentile
 from clusterproof.burst.plan import burst as burst_phase
 from clusterproof.burst.plan import job_bound_s
+from clusterproof.core.stats import percentile
+from clusterproof.fixtures import PROFILE
 from clusterproof.report.plots import Figure, Series
 
 # Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).

@@ -18,12 +18,12 @@ import allure
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusterproof.kube import apimetrics
-from clusterproof.cluster.nodes import node_name
-from clusterproof.kube.nodes import LIFECYCLE_TAINTS, is_ready
 from clusterproof.cluster.node_plan import node_plan
+from clusterproof.cluster.nodes import node_name
 from clusterproof.fixtures import PROFILE
+from clusterproof.kube import apimetrics
 from clusterproof.kube.client import list_raw
+from clusterproof.kube.nodes import LIFECYCLE_TAINTS, is_ready
 
 SHOW = 10  # offenders named in a failure message; the rest are counted
 

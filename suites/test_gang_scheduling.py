@@ -31,10 +31,9 @@ import allure
 import pytest
 
 from clusterproof.cluster.node_plan import node_plan
+from clusterproof.core.waiting import wait_for
 from clusterproof.gang import gangs as g
 from clusterproof.gang.backends import probe_once
-from clusterproof.core.waiting import wait_for
-
 
 # --- checks ---------------------------------------------------------------------
 

@@ -48,17 +48,24 @@ from __future__ import annotations
 import allure
 import pytest
 
-from clusterproof.preflight.gpu_pods import (cross_check, gpu_rows, idle_gpu_nodes, render_table, run_checker_pods,
-                               simulate_checker_pods, table_csv)
 from clusterproof.core.errors import HarnessError
-from clusterproof.preflight.mock_nvml import FAULTS, checker_env, library_dir, run_checker
-from clusterproof.kube.pods import list_pods
-from clusterproof.preflight.run import WAIT_LABEL, remove_waiting_workloads
-from clusterproof.preflight.contract import evictable, is_workload
-from clusterproof.preflight.phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
-from clusterproof.fixtures import EXTRA_ENV
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.fixtures import EXTRA_ENV
+from clusterproof.kube.pods import list_pods
+from clusterproof.preflight.contract import evictable, is_workload
+from clusterproof.preflight.gpu_pods import (
+    cross_check,
+    gpu_rows,
+    idle_gpu_nodes,
+    render_table,
+    run_checker_pods,
+    simulate_checker_pods,
+    table_csv,
+)
+from clusterproof.preflight.mock_nvml import FAULTS, checker_env, library_dir, run_checker
+from clusterproof.preflight.phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
+from clusterproof.preflight.run import WAIT_LABEL, remove_waiting_workloads
 from clusterproof.report.plots import Figure, Series
 
 SHOW = 10

@@ -35,15 +35,14 @@ import time
 import allure
 import pytest
 
-from clusterproof.cluster import hostpkgs
-from clusterproof.cluster import realnodes
+from clusterproof.cluster import hostpkgs, realnodes
+from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint
-from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.kube.pods import create_pods, delete_pods
+from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
-from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.report.plots import Figure, Series
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events

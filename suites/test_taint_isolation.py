@@ -39,18 +39,18 @@ import allure
 import pytest
 from kubernetes import client
 
-from clusterproof.kube import placement as pl
-from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
-from clusterproof.kube.apicalls import refused_by_rbac
 from clusterproof.core.errors import HarnessError
-from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
-from clusterproof.kube.informer import Informer
-from clusterproof.kube.client import api_message, list_raw, raw_request
-from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
-from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.fixtures import PROFILE
 from clusterproof.core.waiting import wait_for
+from clusterproof.fixtures import PROFILE
+from clusterproof.kube import placement as pl
+from clusterproof.kube.apicalls import refused_by_rbac
+from clusterproof.kube.client import api_message, list_raw, raw_request
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
+from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
+from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
+from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
 EVICTION_REASON = "TaintManagerEviction"       # kube-controller-manager's taint-eviction-controller

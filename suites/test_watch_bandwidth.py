@@ -41,11 +41,11 @@ import json
 import allure
 import pytest
 
-from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY, OVER_CAPACITY
 from clusterproof.fixtures import PROFILE
 from clusterproof.watch.analysis import size_with, within_budget
-from clusterproof.watch.measure import ENDPOINTS, SLICES
 from clusterproof.watch.figures import bytes_text, per_change, projection, projection_figure, summary
+from clusterproof.watch.measure import ENDPOINTS, SLICES
+from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY, OVER_CAPACITY
 from clusterproof.watch.wire import ENCODINGS, PROTOBUF
 
 SHOW = 3

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import yaml
 
-from clusterproof.kube import access
-from clusterproof.taints import admission as adm
-from clusterproof.taints.isolation import PRIORITY_CLASSES
-from clusterproof.kube.client import create_if_absent, delete_if_present, list_raw, raw_request
-from clusterproof.watch.pernode_service import PerNodeService, Step
-from clusterproof.kube.namespaces import create_namespace
-from clusterproof.kube.pods import delete_run_pods
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube import access
+from clusterproof.kube.client import create_if_absent, delete_if_present, list_raw, raw_request
+from clusterproof.kube.namespaces import create_namespace
+from clusterproof.kube.pods import delete_run_pods
+from clusterproof.taints import admission as adm
+from clusterproof.taints.isolation import PRIORITY_CLASSES
 from clusterproof.watch.measure import pool_nodes
+from clusterproof.watch.pernode_service import PerNodeService, Step
 
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 

@@ -166,10 +166,10 @@ def run_leftovers(api, run_id: str) -> list[str]:
     """Everything the run ``run_id`` has on the cluster: namespaces and pods with its label (a pool
     namespace's contents too), the cluster-scoped kinds a run creates, scratch nodes, taint records on
     nodes it borrowed, and its Lease, owner record and claims in the home namespace."""
+    from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
     from clusterproof.kube.access import HOME
     from clusterproof.kube.client import get_if_present, list_raw
     from clusterproof.kube.node_taints import added_taints_key
-    from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
     sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
     left = [f"namespace {n['metadata']['name']}" for n in list_raw(api, "/api/v1/namespaces", sel)["items"]]
     left += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}"

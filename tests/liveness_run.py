@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from clusterproof.kube.client import raw_request
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import raw_request
 
 DIR = Path(os.environ.get("CP_LIVENESS_DIR", "."))
 

@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
-from clusterproof.cluster.identities import sans
-from clusterproof.apf.overload import level_body, schema_body
 from clusterproof.apf.flood_plan import split
+from clusterproof.apf.overload import level_body, schema_body
+from clusterproof.cluster.identities import sans
+from clusterproof.kube import flowcontrol as apf
 
 pytestmark = pytest.mark.selftest
 

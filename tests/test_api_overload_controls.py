@@ -32,14 +32,13 @@ import threading
 import psutil
 import pytest
 
+from clusterproof.apf.overload import FLOW_NAME
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
 from clusterproof.kube.claims import TURN, Claims
 from clusterproof.kube.client import get_if_present
 from clusterproof.kube.liveness import RunLease, wait_expired
-from clusterproof.apf.overload import FLOW_NAME
-from clusterproof.core.waiting import wait_for
-from tests.harness import (allure_results, background_pytest, ended_early, interrupt, kill_run, run_leftovers,
-                           run_pytest)
+from tests.harness import allure_results, background_pytest, ended_early, interrupt, kill_run, run_leftovers, run_pytest
 from tests.test_burst_controls import EtcdStalls
 
 pytestmark = pytest.mark.selftest

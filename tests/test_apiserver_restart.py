@@ -26,11 +26,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from clusterproof.kube.client import list_raw, load_client
+from clusterproof.burst.plan import PHASE_LABEL
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
-from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.kube.client import list_raw, load_client
 from clusterproof.report.allure import categories
 from tests.harness import background_pytest, ended_early
 

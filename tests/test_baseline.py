@@ -14,8 +14,8 @@ import json
 import pytest
 
 from clusterproof import cli
-from clusterproof.report import compare
 from clusterproof.core.measurement import better_of
+from clusterproof.report import compare
 from clusterproof.report.compare import Row, Tolerance
 from tests.harness import run_pytest
 

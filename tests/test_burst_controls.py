@@ -228,8 +228,8 @@ def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, na
     ``--processes``): every pod is created exactly once across the workers and
     the master's final statistics count all of them.
     """
-    from clusterproof.kube.tokens import create_load_identity
     from clusterproof.core.locust import LOCUST, ROOT, read_stats
+    from clusterproof.kube.tokens import create_load_identity
 
     jobs, size, workers = 2, 10, 2
     ident = create_load_identity(cluster.api, namespace, run_id, tmp_path / "id")

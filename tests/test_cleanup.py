@@ -19,13 +19,13 @@ import psutil
 import pytest
 import yaml
 
-from clusterproof.preflight import run as preflight
 from clusterproof.cluster import toolchain
-from clusterproof.core.errors import HarnessError
 from clusterproof.cluster.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import clear_pid_files, owner_alive, this_host
-from clusterproof.prometheus.server import runs_root, sweep_runs
 from clusterproof.core.waiting import wait_for
+from clusterproof.preflight import run as preflight
+from clusterproof.prometheus.server import runs_root, sweep_runs
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.selftest

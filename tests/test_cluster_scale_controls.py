@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusterproof.kube.client import delete_if_present, merge_patch, raw_request
-from clusterproof.cluster.nodes import node_bodies, node_name
 from clusterproof.cluster.node_plan import node_plan
+from clusterproof.cluster.nodes import node_bodies, node_name
+from clusterproof.kube.client import delete_if_present, merge_patch, raw_request
 from tests.harness import allure_results, run_pytest
 
 pytestmark = pytest.mark.selftest

@@ -29,11 +29,11 @@ import yaml
 
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
+from clusterproof.kube.access import HOME
 from clusterproof.prometheus.client import Prom
 from clusterproof.prometheus.server import runs_root
-from tests.harness import background_pytest, ended_early, kill_run, run_pytest
-from clusterproof.kube.access import HOME
 from tests import guest
+from tests.harness import background_pytest, ended_early, kill_run, run_pytest
 from tests.test_prometheus_bad_input import assert_nowhere
 from tests.test_prometheus_cleanup import running_prometheus
 

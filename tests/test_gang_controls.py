@@ -18,8 +18,8 @@ import os
 import pytest
 
 from clusterproof.cluster import coscheduling
-from clusterproof.gang import gangs as g
 from clusterproof.core.waiting import wait_for
+from clusterproof.gang import gangs as g
 from tests.harness import allure_results, run_pytest
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]

@@ -29,14 +29,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusterproof.kube.client import list_raw
-from clusterproof.kube.liveness import wait_expired
 from clusterproof.cluster.nodes import node_bodies
-from clusterproof.preflight.contract import Marks
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
-from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt, kill_run,
-                           run_leftovers, run_pytest)
+from clusterproof.kube.client import list_raw
+from clusterproof.kube.liveness import wait_expired
+from clusterproof.preflight.contract import Marks
+from tests.harness import (
+    allure_results,
+    assert_one_line,
+    background_pytest,
+    ended_early,
+    interrupt,
+    kill_run,
+    run_leftovers,
+    run_pytest,
+)
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
 SUITE = "suites/test_gpu_preflight.py"

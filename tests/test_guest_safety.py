@@ -27,18 +27,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from clusterproof.taints import scratch_nodes
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
-from clusterproof.kube.informer import watch_lines
 from clusterproof.kube.client import delete_if_present, get_if_present, is_simulated, list_raw, raw_request
+from clusterproof.kube.informer import watch_lines
 from clusterproof.kube.liveness import RunLease, wait_expired
 from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.node_taints import add_taint, records, remove_taint
-from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
-from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from clusterproof.core.waiting import wait_for
+from clusterproof.taints import scratch_nodes
+from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node
 from tests.harness import ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest

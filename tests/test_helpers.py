@@ -9,18 +9,16 @@ import types
 import pytest
 from kubernetes import client
 
-from clusterproof.kube import access
-from clusterproof.kube import apimetrics
-from clusterproof.kube import client as kube
-from clusterproof.kube import node_taints
-from clusterproof.kube.access import Manifest
-from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
-from clusterproof.core.errors import HarnessError
-from clusterproof.kube.informer import Gone, Informer
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.config.profile import load_profile
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.stats import histogram_quantile, percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube import access, apimetrics, node_taints
+from clusterproof.kube import client as kube
+from clusterproof.kube.access import Manifest
+from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
+from clusterproof.kube.informer import Gone, Informer
 
 pytestmark = pytest.mark.selftest
 

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import images
-from clusterproof.cluster import toolchain
+from clusterproof.cluster import images, toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.waiting import wait_for

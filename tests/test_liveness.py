@@ -29,14 +29,14 @@ import pytest
 import urllib3
 from kubernetes import client
 
+from clusterproof.core.run import metadata
+from clusterproof.core.timeparse import MICRO
+from clusterproof.core.waiting import wait_for
+from clusterproof.fixtures import CLUSTER
+from clusterproof.fixtures.cluster import LivenessGuard, LivenessLost
 from clusterproof.kube import liveness
 from clusterproof.kube.client import delete_if_present, raw_request
-from clusterproof.core.timeparse import MICRO
 from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, RunLease, run_states, wait_expired
-from clusterproof.core.run import metadata
-from clusterproof.fixtures.cluster import LivenessGuard, LivenessLost
-from clusterproof.fixtures import CLUSTER
-from clusterproof.core.waiting import wait_for
 from tests.harness import background_pytest, ended_early, junit_verdicts, run_leftovers
 
 pytestmark = pytest.mark.selftest

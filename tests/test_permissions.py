@@ -34,13 +34,13 @@ import pytest
 import yaml
 from kubernetes import client
 
+from clusterproof.cluster.coscheduling import OWN_SCHEDULER
+from clusterproof.core.timeparse import epoch
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube import access
 from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
 from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
-from clusterproof.cluster.coscheduling import OWN_SCHEDULER
 from clusterproof.kube.client import api_message, load_client, merge_patch, raw_request
-from clusterproof.core.timeparse import epoch
-from clusterproof.core.waiting import wait_for
 from clusterproof.kube.tokens import LOAD_RULES
 from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest

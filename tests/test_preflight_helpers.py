@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import pytest
 
+from clusterproof.config.profile import load_profile
 from clusterproof.core.errors import HarnessError
-from clusterproof.preflight.gpu_pods import checker_pod, cross_check, gpu_rows, pod_outcome, render_table, verdict_from_log
+from clusterproof.preflight.agent import request_key
+from clusterproof.preflight.contract import Marks, condition_reason, evictable, is_workload, max_out_at_once
+from clusterproof.preflight.gpu_pods import (
+    checker_pod,
+    cross_check,
+    gpu_rows,
+    pod_outcome,
+    render_table,
+    verdict_from_log,
+)
 from clusterproof.preflight.mock_nvml import BENIGN, FAULTS, FaultFile, machine_spec, plan_faults
 from clusterproof.preflight.run import resolve_agent
-from clusterproof.preflight.agent import request_key
-from clusterproof.preflight.contract import (Marks, condition_reason, evictable, is_workload, max_out_at_once)
 from clusterproof.preflight.watch import ContractWatch
-from clusterproof.config.profile import load_profile
 
 pytestmark = pytest.mark.selftest
 M = Marks("example.com/preflight", "example.com/preflight", "example.com/preflight-reason", "GPUPreflightFailed",

@@ -9,8 +9,8 @@ import yaml
 from pydantic import Field
 
 from clusterproof.config import profile as prof
-from clusterproof.core.keygroup import KeyGroup
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.keygroup import KeyGroup
 
 pytestmark = pytest.mark.selftest
 

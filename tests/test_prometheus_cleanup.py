@@ -19,8 +19,8 @@ import pytest
 
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.processes import owned_process
-from clusterproof.prometheus.server import PID_FILE, runs_root, sweep_runs
 from clusterproof.core.waiting import wait_for
+from clusterproof.prometheus.server import PID_FILE, runs_root, sweep_runs
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.selftest

@@ -9,13 +9,22 @@ import threading
 import pytest
 import requests
 from prometheus_api_client import PrometheusApiClientException
-from clusterproof.prometheus import slo as promslo
+
 from clusterproof.cluster import toolchain
-from clusterproof.prometheus.history import (BLOCK_S, SHARD_MARK, Shape, backfill_shard, families, node_names, openmetrics,
-                                   window_for)
-from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
 from clusterproof.core.timeparse import duration_s
+from clusterproof.prometheus import slo as promslo
 from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, from_library_error
+from clusterproof.prometheus.history import (
+    BLOCK_S,
+    SHARD_MARK,
+    Shape,
+    backfill_shard,
+    families,
+    node_names,
+    openmetrics,
+    window_for,
+)
+from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
 from clusterproof.prometheus.queries import MAX_POINTS, max_samples_query, seed_queries
 
 pytestmark = pytest.mark.selftest

@@ -32,10 +32,10 @@ import psutil
 import pytest
 
 from clusterproof.cluster import realnodes
-from clusterproof.kube.client import list_raw, load_client
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import list_raw, load_client
 from tests.harness import allure_results, background_pytest, ended_early, interrupt, junit_verdicts, run_pytest
 
 pytestmark = pytest.mark.selftest

@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import gpu_runtime
-from clusterproof.cluster import hostpkgs
-from clusterproof.cluster import realnodes
-from clusterproof.core.errors import HarnessError
+from clusterproof.cluster import gpu_runtime, hostpkgs, realnodes
 from clusterproof.cluster.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
+from clusterproof.core.errors import HarnessError
 from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
 
 pytestmark = pytest.mark.selftest

@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from clusterproof.taints import admission as adm
-from clusterproof.kube import placement as pl
-from clusterproof.core.keygroup import parse_team_namespaces
-from clusterproof.core.errors import HarnessError
 from clusterproof.config.profile import load_profile
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import RUN_LABEL
+from clusterproof.kube import placement as pl
+from clusterproof.taints import admission as adm
 
 pytestmark = pytest.mark.selftest
 KEY = "openai.com/team"

@@ -23,19 +23,33 @@ import os
 
 import pytest
 
-from clusterproof.taints import admission as adm
+from clusterproof.cluster.node_plan import node_plan
+from clusterproof.cluster.nodes import node_bodies, node_name
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
 from clusterproof.kube.client import delete_if_present, list_raw, raw_request
 from clusterproof.kube.liveness import RunLease, wait_expired
-from clusterproof.kube.node_taints import ADDED_TAINTS_PREFIX, add_taint, added_taints_key, release_run_taints, remove_taint
-from clusterproof.taints.scratch_nodes import borrow_idle_node
-from clusterproof.cluster.nodes import node_bodies, node_name
-from clusterproof.cluster.node_plan import node_plan
-from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.kube.node_taints import (
+    ADDED_TAINTS_PREFIX,
+    add_taint,
+    added_taints_key,
+    release_run_taints,
+    remove_taint,
+)
 from clusterproof.kube.ownership import OwnerRecord
-from clusterproof.core.waiting import wait_for
-from tests.harness import (RUN_KINDS, allure_results, assert_one_line, background_pytest, ended_early, interrupt,
-                           run_leftovers, run_pytest)
+from clusterproof.taints import admission as adm
+from clusterproof.taints.scratch_nodes import borrow_idle_node
+from tests.harness import (
+    RUN_KINDS,
+    allure_results,
+    assert_one_line,
+    background_pytest,
+    ended_early,
+    interrupt,
+    run_leftovers,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_taint_isolation.py"

@@ -24,12 +24,19 @@ import os
 
 import pytest
 
-from clusterproof.kube.client import list_raw
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
-from tests.harness import (allure_results, assert_one_line, background_pytest, ended_early, interrupt,
-                           run_leftovers, run_pytest)
+from clusterproof.kube.client import list_raw
 from tests import guest
+from tests.harness import (
+    allure_results,
+    assert_one_line,
+    background_pytest,
+    ended_early,
+    interrupt,
+    run_leftovers,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_watch_bandwidth.py"

@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
-from clusterproof.watch import analysis as wa
-from clusterproof.watch import wire
-from clusterproof.watch.pernode_service import churn_plan
 from clusterproof.cluster.node_plan import node_pod_cidrs
 from clusterproof.config.profile import load_profile
+from clusterproof.watch import analysis as wa
+from clusterproof.watch import wire
 from clusterproof.watch.measure import watch_metrics
+from clusterproof.watch.pernode_service import churn_plan
 
 pytestmark = pytest.mark.selftest
 

@@ -23,14 +23,21 @@ import time
 import pytest
 from kubernetes import client
 
-from clusterproof.kube import apimetrics
-from clusterproof.kube.informer import Informer, InformerError
-from clusterproof.kube.client import delete_if_present, list_raw, raw_request
-from clusterproof.kube.namespaces import create_namespace
-from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.pods import create_pods, delete_namespace, delete_pods, list_pods, pod_events, wait_namespaces_gone
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube import apimetrics
+from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.informer import Informer, InformerError
+from clusterproof.kube.namespaces import create_namespace
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import (
+    create_pods,
+    delete_namespace,
+    delete_pods,
+    list_pods,
+    pod_events,
+    wait_namespaces_gone,
+)
 
 pytestmark = pytest.mark.selftest
 

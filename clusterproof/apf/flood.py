@@ -29,12 +29,12 @@ from pathlib import Path
 
 from kubernetes import client
 
-from clusterproof.kube import flowcontrol as apf
-from clusterproof.kube.client import list_all, raw_request
-from clusterproof.kube.pod_spec import pod_body
 from clusterproof.core.run import metadata
 from clusterproof.core.stats import percentile
 from clusterproof.core.timeparse import http_date, parse_time
+from clusterproof.kube import flowcontrol as apf
+from clusterproof.kube.client import list_all, raw_request
+from clusterproof.kube.pod_spec import pod_body
 
 SAMPLE_S = 2.0
 LEASE_SAMPLE_S = 5.0

@@ -32,16 +32,16 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.kube import flowcontrol as apf
-from clusterproof.cluster.apiguard import server_errors
 from clusterproof.apf import flood as fm
-from clusterproof.kube.informer import Informer
-from clusterproof.kube.client import KWOK_ANNOTATION, delete_each, list_raw, raw_request
-from clusterproof.cluster.nodes import ReadyTracker
+from clusterproof.cluster.apiguard import server_errors
 from clusterproof.cluster.node_plan import node_capacity
+from clusterproof.cluster.nodes import ReadyTracker
 from clusterproof.core.run import SCRATCH_LABEL, metadata
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube import flowcontrol as apf
+from clusterproof.kube.client import KWOK_ANNOTATION, delete_each, list_raw, raw_request
+from clusterproof.kube.informer import Informer
 from clusterproof.kube.tokens import create_load_identity
 
 MODES = ("paced", "storm")

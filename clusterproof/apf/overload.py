@@ -28,20 +28,21 @@ from pathlib import Path
 import allure
 from kubernetes import client
 
-from clusterproof.kube import flowcontrol as apf
-from clusterproof.kube.access import HOME
-from clusterproof.cluster.apiguard import server_errors
-from clusterproof.kube.claims import TURN, Claims
 from clusterproof.apf import flood as fm
-from clusterproof.kube.client import api_message as apf_message, delete_if_present, raw_request
+from clusterproof.apf.flood_plan import KIND_LABEL
+from clusterproof.cluster.apiguard import server_errors
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.ownership import delete_owned, owned_objects, read_records
-from clusterproof.kube.podtimeline import PodTimeline
+from clusterproof.core.locust import LocustResult, run_locust
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
-from clusterproof.apf.flood_plan import KIND_LABEL
+from clusterproof.kube import flowcontrol as apf
+from clusterproof.kube.access import HOME
+from clusterproof.kube.claims import TURN, Claims
+from clusterproof.kube.client import api_message as apf_message
+from clusterproof.kube.client import delete_if_present, raw_request
+from clusterproof.kube.ownership import delete_owned, owned_objects, read_records
+from clusterproof.kube.podtimeline import PodTimeline
 from clusterproof.kube.tokens import SERVICE_ACCOUNT, create_load_identity
-from clusterproof.core.locust import LocustResult, run_locust
 from clusterproof.report.plots import Figure, Series
 
 # One fixed name for the flood's FlowSchema and level (and, for apf_flood_user, its impersonation

@@ -26,12 +26,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from clusterproof.bench import common
-from clusterproof.kube import flowcontrol as apf
 from clusterproof.apf import flood as fm
-from clusterproof.cluster.identities import IDENTITIES
 from clusterproof.apf.joinstorm import join_both
 from clusterproof.apf.overload import flooded, plots
+from clusterproof.bench import common
+from clusterproof.cluster.identities import IDENTITIES
+from clusterproof.kube import flowcontrol as apf
 
 
 def flood_figures(run, profile) -> dict:

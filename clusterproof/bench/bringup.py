@@ -22,6 +22,7 @@ from clusterproof.bench import common
 from clusterproof.cluster import realnodes
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.run import new_run_id
+
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
 
 

@@ -26,20 +26,20 @@ from pathlib import Path
 from kubernetes import client
 
 from clusterproof.bench import common
-from clusterproof.cluster import coscheduling
-from clusterproof.cluster import toolchain
-from clusterproof.gang import gangs as g
+from clusterproof.burst import plan
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
-from clusterproof.kube.client import raw_request
-from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.podtimeline import JOB_LABEL, PodTimeline
-from clusterproof.kube.pods import delete_run_pods
+from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.cluster import coscheduling, toolchain
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout
-from clusterproof.burst import plan
-from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.gang import gangs as g
+from clusterproof.kube.client import raw_request
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import delete_run_pods
+from clusterproof.kube.podtimeline import JOB_LABEL, PodTimeline
 from clusterproof.kube.tokens import create_load_identity
+
 
 def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:
     """The second client: ``burst_users`` threads POSTing the same pods, one request each in flight."""

@@ -30,16 +30,15 @@ from typing import Iterable, Iterator
 
 import psutil
 
-from clusterproof.kube import access
-from clusterproof.cluster import toolchain
-from clusterproof.cluster import backends
 from clusterproof import CHECKOUT
-from clusterproof.core import outputs, redact
-from clusterproof.core.measurement import Figure
-from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import is_simulated, load_client
+from clusterproof.cluster import backends, toolchain
 from clusterproof.config.profile import Profile, load_profile
+from clusterproof.core import outputs, redact
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.measurement import Figure
 from clusterproof.core.run import new_run_id
+from clusterproof.kube import access
+from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.prometheus.server import sweep_abandoned
 
 # The committed figures the README quotes (reports/bench/) in a checkout; the output directory otherwise.

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from clusterproof.bench import common
-from clusterproof.burst.measure import clear_phase, run_phase, schedulable_shared_nodes
 from clusterproof.burst import plan
+from clusterproof.burst.measure import clear_phase, run_phase, schedulable_shared_nodes
 from clusterproof.report.plots import Figure, Series
 
 KEEP = ("create_qps", "create_latency_server_p99_s", "create_latency_p99_s", "pod_startup_server_p50_s",

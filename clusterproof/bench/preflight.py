@@ -27,14 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from clusterproof.bench import common
-from clusterproof.kube import apimetrics
-from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
-from clusterproof.preflight.run import PreflightRun, remove_waiting_workloads, setup_simulated, teardown
-from clusterproof.preflight.contract import Marks
-from clusterproof.preflight.phases import go_bad_in_service, settle_join
 from clusterproof.core.stats import percentile
+from clusterproof.kube import apimetrics
+from clusterproof.preflight.contract import Marks
+from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
+from clusterproof.preflight.phases import go_bad_in_service, settle_join
+from clusterproof.preflight.run import PreflightRun, remove_waiting_workloads, setup_simulated, teardown
 from clusterproof.report.plots import Figure, Series
 
 REQUESTS = "apiserver_request_total"

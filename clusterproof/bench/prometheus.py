@@ -32,16 +32,16 @@ import time
 from pathlib import Path
 
 from clusterproof.bench import common
-from clusterproof.prometheus import history as prom_history
-from clusterproof.prometheus import limits as prom_limits
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.prometheus.history import shape_of
-from clusterproof.prometheus.target import PromTarget
-from clusterproof.prometheus.server import Limits, PromServer, own_directory
 from clusterproof.core.run import new_run_id
 from clusterproof.core.timeparse import go_duration_s
 from clusterproof.core.waiting import wait_for
+from clusterproof.prometheus import history as prom_history
+from clusterproof.prometheus import limits as prom_limits
+from clusterproof.prometheus.history import shape_of
+from clusterproof.prometheus.server import Limits, PromServer, own_directory
+from clusterproof.prometheus.target import PromTarget
 
 GIB = 1 << 30
 UNLIMITED = Limits("10m", 10 ** 12, 20, 0)

@@ -28,11 +28,10 @@ import time
 import psutil
 
 from clusterproof.bench import common
-from clusterproof.watch import measure as wb
 from clusterproof.core.waiting import WaitTimeout
+from clusterproof.watch import measure as wb
 from clusterproof.watch.figures import projection_figure, summary
 from clusterproof.watch.wire import ENCODINGS
-
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -27,21 +27,20 @@ from pathlib import Path
 import allure
 from kubernetes import client
 
-from clusterproof.kube import apimetrics
-from clusterproof.kube.informer import InformerError
-from clusterproof.kube.client import get_if_present, list_raw
-from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s
-from clusterproof.kube.pods import create_pods, delete_selected, list_pods
+from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
 from clusterproof.cluster.realnodes import is_component, pod_on
+from clusterproof.core.locust import LocustResult, run_locust
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
 from clusterproof.core.timeparse import parse_time
 from clusterproof.core.waiting import WaitTimeout, wait_for
-from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
+from clusterproof.kube import apimetrics
+from clusterproof.kube.client import get_if_present, list_raw
+from clusterproof.kube.informer import InformerError
+from clusterproof.kube.pods import create_pods, delete_selected, list_pods
+from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s
 from clusterproof.kube.tokens import create_load_identity
-from clusterproof.core.locust import LocustResult, run_locust
 from clusterproof.report.plots import Figure, Series
-
 
 REAL_POD_LABEL = "clusterproof.io/real-node-probe"
 REAL_PODS_PER_NODE = 6

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube import apimetrics
+from clusterproof.kube import flowcontrol as apf
 
 Key = tuple  # (verb, group, resource, subresource, code)
 BY = ("verb", "group", "resource", "subresource", "code")

@@ -25,30 +25,24 @@ import allure
 import urllib3
 from kubernetes import client
 
-from clusterproof.kube import access
-from clusterproof.kube import flowcontrol as apf
-from clusterproof.kube import apimetrics
-from clusterproof.cluster import coscheduling
-from clusterproof.cluster import hostpkgs
-from clusterproof.cluster import identities
-from clusterproof.cluster import realnodes
-from clusterproof.cluster import toolchain
-from clusterproof.kube.apicalls import Recorder
-from clusterproof.kube.client import (check_reachable, get_if_present, is_simulated, load_client, raw_request,
-                                      server_url)
+from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, free_ports, sweep_clusters
-from clusterproof.kube.liveness import RunLease
-from clusterproof.kube.namespaces import Created, Pool
 from clusterproof.cluster.nodes import create_nodes, wait_ready
-from clusterproof.kube.ownership import OwnerRecord
-from clusterproof.kube.pod_spec import pod_body
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
-from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import metadata
-from clusterproof.kube.sweep import Sweep, sweep
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube import access, apimetrics
+from clusterproof.kube import flowcontrol as apf
+from clusterproof.kube.apicalls import Recorder
+from clusterproof.kube.client import check_reachable, get_if_present, is_simulated, load_client, raw_request, server_url
+from clusterproof.kube.liveness import RunLease
+from clusterproof.kube.namespaces import Created, Pool
+from clusterproof.kube.ownership import OwnerRecord
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.sweep import Sweep, sweep
 
 
 @dataclass
@@ -368,8 +362,8 @@ def release_owned(cluster: Cluster, progress: Callable[[str], None]) -> None:
         cluster.namespaces.release_all()
     if cluster.record is None:
         return
-    from clusterproof.kube.ownership import Record, delete_owned, owned_objects, read_records
     from clusterproof.kube.node_taints import release_run_taints
+    from clusterproof.kube.ownership import Record, delete_owned, owned_objects, read_records
     rec = read_records(cluster.api, cluster.record.namespace).get(cluster.run_id, Record())
     left = owned_objects(cluster.api, cluster.run_id, rec)
     removed = []

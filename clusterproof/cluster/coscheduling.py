@@ -26,9 +26,9 @@ from kubernetes import client
 
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import create_if_absent, delete_if_present, get_if_present
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import create_if_absent, delete_if_present, get_if_present
 
 # The schedulerName of the Coscheduling scheduler the harness runs itself.
 OWN_SCHEDULER = "clusterproof-coscheduling"

@@ -93,6 +93,7 @@ def main(argv: list[str]) -> None:
 def write_wrapper(directory, machine: str, library: str | None, faults: str, runc: str) -> str:
     """The node's runtime: a state file and the script containerd runs as its runc (returns its path)."""
     from pathlib import Path
+
     from clusterproof.cluster.toolchain import FAULTS_ENV, MACHINE_ENV
     d = Path(directory)
     state = d / "gpu-runtime.json"

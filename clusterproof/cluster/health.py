@@ -37,12 +37,12 @@ import allure
 from kubernetes import client
 
 from clusterproof.cluster.apiguard import ApiGuard
-from clusterproof.kube.client import get_if_present, raw_request
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
-from clusterproof.kube.liveness import parse_time
-from clusterproof.kube.pods import wait_namespaces_gone
 from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube.client import get_if_present, raw_request
+from clusterproof.kube.liveness import parse_time
+from clusterproof.kube.pods import wait_namespaces_gone
 
 LEADER_LEASES = ("kube-scheduler", "kube-controller-manager")
 # A leader renews every ~2 s (retryPeriod) within a 15 s lease: older than this, it has lost it.

@@ -37,13 +37,18 @@ from typing import Callable
 
 import yaml
 
-from clusterproof.kube import access
-from clusterproof.cluster import identities
-from clusterproof.cluster import realnodes
-from clusterproof.cluster import toolchain
+from clusterproof.cluster import identities, realnodes, toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.core.processes import (clear_pid_files, elsewhere_note, kill_owned, owned_process, owner_alive,
-                                owner_elsewhere, owner_record)
+from clusterproof.core.processes import (
+    clear_pid_files,
+    elsewhere_note,
+    kill_owned,
+    owned_process,
+    owner_alive,
+    owner_elsewhere,
+    owner_record,
+)
+from clusterproof.kube import access
 
 NAME_PREFIX = "cp-"
 # The cluster's ports (KwokctlConfiguration options), each taken from the OS's free ports.

@@ -15,13 +15,13 @@ from typing import Callable, Iterator
 
 from kubernetes import client
 
-from clusterproof.kube.informer import Informer
-from clusterproof.kube.client import KWOK_ANNOTATION, raw_request
-from clusterproof.kube.nodes import has_ready_condition, is_ready
 from clusterproof.cluster.node_plan import Pool, node_plan, node_pod_cidrs
 from clusterproof.config.profile import Profile
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.core.waiting import WaitTimeout
+from clusterproof.kube.client import KWOK_ANNOTATION, raw_request
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.nodes import has_ready_condition, is_ready
 
 
 def node_name(p: Profile, pool: Pool, index: int) -> str:

@@ -56,10 +56,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from clusterproof.cluster import gpu_runtime
-from clusterproof.cluster import hostpkgs
-from clusterproof.cluster import identities
-from clusterproof.cluster import toolchain
+from clusterproof.cluster import gpu_runtime, hostpkgs, identities, toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
 
@@ -532,8 +529,8 @@ def leftovers(cluster_dir: Path, states: list[dict]) -> list[str]:
 
 def wait_registered(api, nodes: list[RealNode], timeout: float, kwok_dir: Path) -> None:
     """Every real node registered and Ready (its kubelet's log is named if not)."""
-    from clusterproof.kube.client import get_if_present
     from clusterproof.core.waiting import wait_for
+    from clusterproof.kube.client import get_if_present
 
     def ready(node: RealNode) -> bool:
         obj = get_if_present(api, f"/api/v1/nodes/{node.name}")
@@ -605,8 +602,8 @@ def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, 
     GPUs advertised (``nvidia.com/gpu``: what the NVIDIA device plugin would advertise; the harness writes
     it, as no device plugin runs without a driver)."""
     from clusterproof.cluster import images
-    from clusterproof.kube.client import get_if_present, raw_request
     from clusterproof.core.waiting import wait_for
+    from clusterproof.kube.client import get_if_present, raw_request
     for node in nodes:
         for b in built.values():
             images.import_into(b, str(node.socket))

@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 
 from clusterproof.cluster import toolchain
+from clusterproof.config.profile import load_profile
 from clusterproof.core import outputs
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import new_run_id
-from clusterproof.config.profile import load_profile
 from clusterproof.report import compare
 
 ROOT = Path.cwd()

@@ -31,8 +31,8 @@ from typing import Annotated, Any, Literal, Sequence, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model, model_validator
 
-from clusterproof.core.keygroup import KeyGroup
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.keygroup import KeyGroup
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 BASE = PROFILES_DIR / "base.yaml"

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clusterproof import IMPORT_ROOT as ROOT
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 
-from clusterproof import IMPORT_ROOT as ROOT
 LOAD_DIR = Path(__import__("clusterproof.load", fromlist=["_"]).__file__).resolve().parent
 
 

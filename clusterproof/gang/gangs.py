@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.informer import Informer
+from clusterproof.core.run import RUN_LABEL, metadata
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import get_if_present, list_raw, raw_request
+from clusterproof.kube.informer import Informer
 from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_pods, list_pods, pod_events, terminating
-from clusterproof.core.run import RUN_LABEL, metadata
-from clusterproof.core.waiting import wait_for
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"        # Coscheduling's membership label
 GANG_LABEL = "clusterproof.io/gang"                      # ours, on every gang pod (both backends)

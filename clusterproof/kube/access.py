@@ -32,8 +32,8 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from clusterproof.kube.apicalls import Call
 from clusterproof.core.errors import HarnessError
+from clusterproof.kube.apicalls import Call
 from clusterproof.kube.client import api_message, raw_request, server_url
 
 HERE = Path(__file__).resolve().parent
@@ -384,8 +384,9 @@ def team_bindings(team_namespaces: list[str]) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     import argparse
-    from clusterproof.core.keygroup import parse_team_namespaces
+
     from clusterproof.config.profile import load_profile
+    from clusterproof.core.keygroup import parse_team_namespaces
     p = argparse.ArgumentParser(prog="python -m clusterproof.kube.access")
     sub = p.add_subparsers(dest="cmd", required=True)
     tb = sub.add_parser("team-bindings", help="RoleBindings for the profile's team_namespaces (kubectl apply -f -)")

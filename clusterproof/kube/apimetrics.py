@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterproof.kube.client import get_if_present, raw_request
 from clusterproof.core.stats import histogram_quantile
+from clusterproof.kube.client import get_if_present, raw_request
 
 DURATION = "apiserver_request_duration_seconds"
 START_TIME = "process_start_time_seconds"

@@ -16,10 +16,10 @@ from typing import Callable
 
 from kubernetes import client
 
-from clusterproof.kube.client import delete_if_present, get_if_present, list_all, merge_patch, raw_request
-from clusterproof.kube.liveness import LEASES, run_states
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube.client import delete_if_present, get_if_present, list_all, merge_patch, raw_request
+from clusterproof.kube.liveness import LEASES, run_states
 
 NAMESPACE_CLAIM = "clusterproof-claim-"    # a pool namespace
 TURN = "clusterproof-turn-"                # a named cluster-wide object

@@ -19,7 +19,6 @@ from typing import Iterator
 
 import urllib3
 import yaml
-
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 

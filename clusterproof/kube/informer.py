@@ -59,8 +59,8 @@ from typing import Callable, Iterator
 import urllib3
 from kubernetes import client
 
-from clusterproof.kube.client import list_raw, raw_request
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import list_raw, raw_request
 
 Handler = Callable[[str, dict], None]
 

@@ -57,10 +57,10 @@ from typing import Callable
 
 from kubernetes import client
 
-from clusterproof.kube.client import delete_if_present, raw_request
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.timeparse import MICRO, format_time, http_date, parse_time
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import delete_if_present, raw_request
 
 LEASES = "/apis/coordination.k8s.io/v1"
 LEASE_PREFIX = "clusterproof-run-"

@@ -29,12 +29,12 @@ from typing import Callable
 
 from kubernetes import client
 
-from clusterproof.kube.claims import NAMESPACE_CLAIM, Claims
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import delete_each, list_all, raw_request
-from clusterproof.kube.pods import delete_namespace, list_pods
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube.claims import NAMESPACE_CLAIM, Claims
+from clusterproof.kube.client import delete_each, list_all, raw_request
+from clusterproof.kube.pods import delete_namespace, list_pods
 
 # What a run may create in a pool namespace (the clusterproof-pool role), removed when it gives the
 # namespace back: every object carrying its run label, one request each. A kind the cluster does not

@@ -22,8 +22,8 @@ from typing import Callable
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import get_if_present, merge_patch
 from clusterproof.core.run import CREATED, owner_annotations
+from clusterproof.kube.client import get_if_present, merge_patch
 
 ADDED_TAINTS_PREFIX = "clusterproof.io/added-taints."
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.kube.apicalls import Call, Recorder
 from clusterproof.kube.client import create_if_absent, delete_if_present, list_all, merge_patch
-from clusterproof.core.run import RUN_LABEL, metadata
 
 RECORD_PREFIX = "clusterproof-run-"
 PROOF = "clusterproof.io/proof"

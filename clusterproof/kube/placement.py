@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from clusterproof.kube.informer import Informer
-from clusterproof.kube.client import list_raw
-from clusterproof.kube.nodes import is_ready
-from clusterproof.kube.pods import list_pods, pod_events
 from clusterproof.core.run import SCRATCH_LABEL
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import list_raw
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.nodes import is_ready
+from clusterproof.kube.pods import list_pods, pod_events
 
 # The scheduler's FailedScheduling message since 1.34 no longer names the
 # taint ("0/100 nodes are available: 42 node(s) had untolerated taint(s), ...").

@@ -18,11 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from clusterproof.kube.apicalls import refused_by_rbac
 from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import api_message, create_object, delete_each, delete_if_present, list_all, list_raw, raw_request
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.apicalls import refused_by_rbac
+from clusterproof.kube.client import (
+    api_message,
+    create_object,
+    delete_each,
+    delete_if_present,
+    list_all,
+    list_raw,
+    raw_request,
+)
 
 
 def pods_path(ns: str) -> str:

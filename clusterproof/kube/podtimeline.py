@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from clusterproof.kube.informer import Informer
 from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube.informer import Informer
 
 JOB_LABEL = "clusterproof.io/job"
 

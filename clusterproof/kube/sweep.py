@@ -32,13 +32,14 @@ from typing import Callable
 
 from kubernetes import client
 
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
+from clusterproof.kube.claims import NAMESPACE_CLAIM, TURN
 from clusterproof.kube.client import delete_if_present, list_all
 from clusterproof.kube.liveness import LEASE_PREFIX, LEASES, run_states
-from clusterproof.kube.claims import NAMESPACE_CLAIM, TURN
 from clusterproof.kube.namespaces import empty
-from clusterproof.kube.node_taints import records as taint_records, release_run_taints
+from clusterproof.kube.node_taints import records as taint_records
+from clusterproof.kube.node_taints import release_run_taints
 from clusterproof.kube.ownership import delete_owned, owned_objects, read_records, record_name
-from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
 
 # Labelled objects the reader role may list, looked at for what no record proves (reported only).
 UNPROVEN_KINDS = (

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from clusterproof.kube.client import create_if_absent, raw_request
 from clusterproof.core.run import metadata
+from clusterproof.kube.client import create_if_absent, raw_request
 
 SERVICE_ACCOUNT = "clusterproof-load"
 # What the load does, and nothing more: the burst and flood locustfiles (pods) and the well-behaved

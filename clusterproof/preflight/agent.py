@@ -48,16 +48,16 @@ from urllib.parse import urlparse
 
 from kubernetes import client
 
+from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.kube.apicalls import Recorder
-from clusterproof.kube.ownership import OwnerRecord
-from clusterproof.kube.informer import Informer
 from clusterproof.kube.client import list_raw, load_client, raw_request
+from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import patch_node
 from clusterproof.kube.nodes import has_ready_condition, is_ready
-from clusterproof.preflight.contract import FAILED, Marks, condition_reason, evictable
-from clusterproof.core.run import RUN_LABEL, owner_annotations
+from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.preflight.checker import xids
 from clusterproof.preflight.checker.checker import CannotCheck, Options, check
+from clusterproof.preflight.contract import FAILED, Marks, condition_reason, evictable
 
 MODES = ("healthy", "ignore-xid79", "untaint-early", "ignore-cap", "ignore-pdb")
 COMPONENT = "clusterproof-preflight-agent"

@@ -23,12 +23,12 @@ import json
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_all, raw_request
-from clusterproof.preflight.mock_nvml import checker_env, library_dir, run_checker
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, list_pods, try_create
 from clusterproof.preflight.contract import Marks, evictable
-from clusterproof.core.waiting import wait_for
+from clusterproof.preflight.mock_nvml import checker_env, library_dir, run_checker
 
 CHECKER_LABEL = "clusterproof.io/preflight-checker"
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")

@@ -22,11 +22,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterproof.cluster import toolchain
-from clusterproof.core.errors import HarnessError
-
 from clusterproof import IMPORT_ROOT as ROOT
+from clusterproof.cluster import toolchain
 from clusterproof.cluster.toolchain import FAULTS_ENV, MACHINE_ENV
+from clusterproof.core.errors import HarnessError
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from clusterproof.kube.informer import Informer
-from clusterproof.kube.client import delete_if_present, list_raw, raw_request
-from clusterproof.preflight.mock_nvml import BENIGN, FAULTS
-from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.pods import delete_run_pods, list_pods
-from clusterproof.preflight.run import PreflightRun, node_events
-from clusterproof.preflight.contract import evictable
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
+from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.informer import Informer
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import delete_run_pods, list_pods
+from clusterproof.preflight.contract import evictable
+from clusterproof.preflight.mock_nvml import BENIGN, FAULTS
+from clusterproof.preflight.run import PreflightRun, node_events
 
 # Kinds that hit in-service nodes, in order (each node gets the next).
 IN_SERVICE_KINDS = ("xid-79", "ecc-uncorrectable", "nvlink-down", "gpu-lost", "row-remap-pending", "xid-94",

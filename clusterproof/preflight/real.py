@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterproof.preflight.gpu_pods import CHECKER_LABEL, run_checker_pods
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import get_if_present, load_client
-from clusterproof.preflight.mock_nvml import FaultFile
 from clusterproof.kube.node_taints import patch_node
 from clusterproof.kube.pods import delete_selected
-from clusterproof.preflight.run import node_events
 from clusterproof.preflight.contract import PENDING, Marks
-from clusterproof.core.waiting import wait_for
+from clusterproof.preflight.gpu_pods import CHECKER_LABEL, run_checker_pods
+from clusterproof.preflight.mock_nvml import FaultFile
+from clusterproof.preflight.run import node_events
 
 
 @dataclass

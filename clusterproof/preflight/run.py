@@ -33,21 +33,27 @@ from pathlib import Path
 
 import allure
 
-from clusterproof.core.errors import HarnessError
-from clusterproof.gang.gangs import GANG_LABEL, Placement, rank
+from clusterproof import IMPORT_ROOT as ROOT
 from clusterproof.cluster.health import last_log_line
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.processes import (
+    elsewhere_note,
+    own_session_dying_with_parent,
+    owner_alive,
+    owner_elsewhere,
+    owner_record,
+    stop_group,
+)
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.gang.gangs import GANG_LABEL, Placement, rank
 from clusterproof.kube.client import delete_each, delete_if_present, list_raw, raw_request
-from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
-from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_run_pods
 from clusterproof.preflight.contract import PENDING, Marks
+from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from clusterproof.preflight.watch import ContractWatch
-from clusterproof.core.processes import (elsewhere_note, own_session_dying_with_parent, owner_alive, owner_elsewhere,
-                                owner_record, stop_group)
-from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 
-from clusterproof import IMPORT_ROOT as ROOT
 EVENTS_NAMESPACE = "default"         # where Events about (cluster-scoped) nodes live
 WAIT_LABEL = "clusterproof.io/preflight-waiting"
 WORKDIR_PREFIX = "cp-preflight-"     # local work directories (fault file, agent log and status)

@@ -38,11 +38,12 @@ from urllib3.util.retry import Retry
 
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
+
 # Re-exported for config/profile.py, prometheus/target.py and the Prometheus suite, whose owners are moving
 # them; new code imports it from clusterproof.core.timeparse, the one parser of durations.
 from clusterproof.core.timeparse import duration_s as duration_s
-from clusterproof.kube.client import short_reason
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube.client import short_reason
 
 # No retry of any kind: connection errors raise at once, 5xx answers are returned as they are.
 NO_RETRY = Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0, raise_on_status=False,

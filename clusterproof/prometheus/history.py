@@ -351,6 +351,7 @@ def main(argv: list[str]) -> int:
     profile's history ahead of a run, e.g. before a timed nightly job."""
     import argparse
     import sys
+
     from clusterproof.config.profile import load_profile
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("--profile", default="smoke")

@@ -22,9 +22,14 @@ from dataclasses import dataclass, field
 
 from clusterproof.prometheus.client import Answer, Prom
 from clusterproof.prometheus.history import node_names
+from clusterproof.prometheus.queries import (
+    EVERY_BUCKET,
+    Query,
+    max_samples_query,
+    seed_queries,
+    synthetic_max_samples_query,
+)
 from clusterproof.prometheus.server import PeakRss
-from clusterproof.prometheus.queries import (EVERY_BUCKET, Query, max_samples_query, seed_queries,
-                               synthetic_max_samples_query)
 
 # The client waits this much longer than the server's limit + slack before it gives up on an
 # answer (and at most WAIT_CAP_S): enough to see what a Prometheus without limits does.

@@ -41,10 +41,17 @@ import yaml
 
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
-from clusterproof.core.processes import (elsewhere_note, owned_process, owner_alive, owner_elsewhere, owner_record,
-                                own_session_dying_with_parent, stop_group)
-from clusterproof.prometheus.client import Prom
+from clusterproof.core.processes import (
+    elsewhere_note,
+    own_session_dying_with_parent,
+    owned_process,
+    owner_alive,
+    owner_elsewhere,
+    owner_record,
+    stop_group,
+)
 from clusterproof.core.waiting import wait_for
+from clusterproof.prometheus.client import Prom
 
 OWNER_FILE = "clusterproof-owner.json"
 PID_FILE = "prometheus.pid"

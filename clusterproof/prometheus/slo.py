@@ -18,10 +18,9 @@ retries off, errors readable).
 """
 from __future__ import annotations
 
-
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.apimetrics import DURATION, Latency
 from clusterproof.prometheus.client import Prom, PromQueryError
-from clusterproof.core.waiting import wait_for
 
 BY = "verb, group, resource, subresource, scope"
 

@@ -14,7 +14,6 @@ import html
 import inspect
 import json
 from pathlib import Path
-
 from typing import Callable
 
 import allure

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterproof.core.measurement import Figures
-from clusterproof.report import compare
-from clusterproof.report import timing
+from clusterproof.report import compare, timing
 
 BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
 

@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.kube.client import api_message, delete_if_present, get_if_present, raw_request, server_url
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import try_create
-from clusterproof.core.run import RUN_LABEL, metadata
 
 CHECK_LABEL = "clusterproof.io/taint-check"    # on every pod of the taint suite: which check made it
 MODES = ("reject", "correct")

@@ -22,17 +22,16 @@ import allure
 import yaml
 from kubernetes import client
 
-from clusterproof.taints import admission as adm
-from clusterproof.kube import placement
-from clusterproof.core.errors import HarnessError
-from clusterproof.kube.client import delete_if_present, get_if_present, raw_request, server_url
-from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.pods import delete_run_pods, list_pods
 from clusterproof.cluster.node_plan import node_plan
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
-
+from clusterproof.kube import placement
+from clusterproof.kube.client import delete_if_present, get_if_present, raw_request, server_url
+from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pods import delete_run_pods, list_pods
+from clusterproof.taints import admission as adm
 from clusterproof.taints.admission import CHECK_LABEL  # noqa: E402  (the label admission's probe pods carry too)
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"

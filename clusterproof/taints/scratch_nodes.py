@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
+from clusterproof.cluster.node_plan import node_capacity
+from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import KWOK_ANNOTATION, delete_if_present, list_raw, raw_request
 from clusterproof.kube.node_taints import add_taint, change_taints, record_note, release_run_taints, remove_taint
 from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.pods import list_pods
-from clusterproof.cluster.node_plan import node_capacity
-from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
-from clusterproof.core.waiting import wait_for
+
 
 @dataclass
 class ScratchNode:

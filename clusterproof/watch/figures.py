@@ -11,11 +11,11 @@ change, the seed's N^2.
 """
 from __future__ import annotations
 
-from clusterproof.watch import analysis as wa
-from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY
-from clusterproof.watch.measure import ENDPOINTS, SLICES, SizeRun, WatchRun
-from clusterproof.watch.wire import ENCODINGS, PROTOBUF
 from clusterproof.report.plots import Figure, Series
+from clusterproof.watch import analysis as wa
+from clusterproof.watch.measure import ENDPOINTS, SLICES, SizeRun, WatchRun
+from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY
+from clusterproof.watch.wire import ENCODINGS, PROTOBUF
 
 LABELS = {SLICES: "EndpointSlice", ENDPOINTS: "Endpoints"}
 

@@ -28,16 +28,16 @@ from typing import Callable
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterproof.kube import apimetrics
-from clusterproof.core.errors import HarnessError
-from clusterproof.watch import analysis as wa
-from clusterproof.kube.client import get_if_present, list_all, list_raw, server_url
-from clusterproof.watch.pernode_service import KUBE_PROXY_SELECTOR, SERVICE_NAME_LABEL, PerNodeService, churn_plan
-from clusterproof.kube.pods import delete_run_pods
 from clusterproof.cluster.realnodes import REAL_NODE_LABEL
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import SCRATCH_LABEL
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import wait_for
+from clusterproof.kube import apimetrics
+from clusterproof.kube.client import get_if_present, list_all, list_raw, server_url
+from clusterproof.kube.pods import delete_run_pods
+from clusterproof.watch import analysis as wa
+from clusterproof.watch.pernode_service import KUBE_PROXY_SELECTOR, SERVICE_NAME_LABEL, PerNodeService, churn_plan
 from clusterproof.watch.watchers import Spec, WatchPool, older
 from clusterproof.watch.wire import ENCODINGS, PROTOBUF, endpoints_of, metric_size
 

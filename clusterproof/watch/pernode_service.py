@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.core.run import metadata
 from clusterproof.kube.client import delete_if_present, get_if_present, list_all, raw_request
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import pods_path
-from clusterproof.core.run import metadata
 from clusterproof.watch.wire import endpoints_of
 
 APP_LABEL = "clusterproof.io/watch-endpoints"

@@ -34,9 +34,9 @@ from typing import Callable
 import aiohttp
 from kubernetes import client
 
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube.apicalls import FORBIDDEN_RBAC, recorder_of
 from clusterproof.watch import wire
-from clusterproof.core.waiting import wait_for
 
 # struct tcp_info (linux/tcp.h): __u64 tcpi_bytes_received sits at byte 128 (Linux >= 4.1).
 _TCP_BYTES_RECEIVED = 128

@@ -5,8 +5,8 @@ import signal
 
 from kubernetes import client
 
-from clusterproof.kube.client import raw_request
 from clusterproof.core.run import metadata
+from clusterproof.kube.client import raw_request
 
 
 def gateway_timeout(cluster, namespace: str) -> int:
