@@ -22,13 +22,13 @@ ALLURE  := npx --yes allure-commandline@2.46.1
 
 run: $(VENV)/.installed
 	$(PY) -m clusterproof.prepare --profile $(PROFILE) $(ARGS)
-	$(PYTEST) suites --profile $(PROFILE) $(ARGS)
+	$(PYTEST) suites --cp-profile $(PROFILE) $(ARGS)
 
 test: setup
 	$(PY) -m clusterproof.prometheus.history --profile smoke
-	$(PYTEST) tests --profile smoke
-	$(PYTEST) suites --profile smoke
-	$(PYTEST) suites/test_cluster_scale.py --profile nightly
+	$(PYTEST) tests --cp-profile smoke
+	$(PYTEST) suites --cp-profile smoke
+	$(PYTEST) suites/test_cluster_scale.py --cp-profile nightly
 
 setup: $(VENV)/.installed toolchain
 
