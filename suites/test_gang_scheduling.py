@@ -197,7 +197,8 @@ NATIVE_SCALE = pytest.mark.xfail(
 
 @pytest.mark.smoke
 @pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
-def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request, figures):
+def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request, figures,
+                                        gang_probes):
     """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight (simulated), or over
     the shared pool (real hardware: a guest's pods never tolerate a team's taint -- the team nodes are the
     teams', and the cluster's admission may refuse such pods).
@@ -223,7 +224,7 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     wait_for(lambda: g.usable_nodes(api, profile.pool_label, exclude, gpus),
              until=lambda free: free >= size, timeout=180, interval=2,
              what=f"{size} free whole nodes for the scale gang (earlier tests' pods gone)")
-    why = probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}))
+    why = probe_once(cluster, namespace, run_id, backend, g.Placement({profile.pool_label: "shared"}), gang_probes)
     if why:
         pytest.fail(f"clusterproof: {why}", pytrace=False)
     [big] = g.create_gangs(api, backend, namespace, run_id, {"training-job": size}, place, gpus,

@@ -65,17 +65,15 @@ def progress_line(backends: list[Backend]) -> str:
             + (f"; not running {', '.join(skipped)}" if skipped else ""))
 
 
-_probed: dict[str, str | None] = {}
-
-
-def probe_once(cluster, namespace: str, run_id: str, backend: Backend, place: Placement) -> str | None:
-    """Once per backend: a scheduler answers to its name (a probe pod is bound), so one that is
-    not running fails every check in seconds with one line instead of after every wait ran out.
-    Returns that line (the probe's error, remembered for the backend), or None."""
-    if backend.name not in _probed:
+def probe_once(cluster, namespace: str, run_id: str, backend: Backend, place: Placement,
+               probed: dict[str, str | None]) -> str | None:
+    """Once per backend and session (``probed``: the session's answers, kept by the gang fixtures): a
+    scheduler answers to its name (a probe pod is bound), so one that is not running fails every check in
+    seconds with one line instead of after every wait ran out. Returns that line, or None."""
+    if backend.name not in probed:
         try:
             probe_scheduler(cluster.api, namespace, run_id, backend.scheduler_name, place, 30)
-            _probed[backend.name] = None
+            probed[backend.name] = None
         except HarnessError as e:
-            _probed[backend.name] = str(e)
-    return _probed[backend.name]
+            probed[backend.name] = str(e)
+    return probed[backend.name]
