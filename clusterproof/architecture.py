@@ -29,7 +29,8 @@ MAPPED = clusterproof.MAPPED                       # suites, fixtures, load (top
 COMMAND = "clusterproof architecture > docs/architecture.md"
 
 RULES = """\
-- `suites/` -> `fixtures/` -> `clusterproof.<domain>` -> `clusterproof.kube`, `clusterproof.config` -> `clusterproof.core`:
+- `suites/` -> `fixtures/` -> `clusterproof.<domain>` -> `clusterproof.kube`, \
+`clusterproof.config` -> `clusterproof.core`:
   dependencies run one way, and no module imports another that (directly or not) imports it back;
   between domains too: no two domains depend on each other, directly or through a third.
 - `clusterproof.core` imports no other domain; `clusterproof.kube` and `clusterproof.config` import only `core`
@@ -349,8 +350,8 @@ def report_violations(known: dict[str, Module] | None = None) -> list[str]:
         if domain_of(imp.module) != "report":
             continue
         dst = domain_of(imp.target)
-        if (dst is not None and dst not in ("core", "report")) or imp.target.split(".")[1:2] in (["fixtures"],
-                                                                                                   ["suites"], ["load"]):
+        if (dst is not None and dst not in ("core", "report")) or imp.target.split(".")[1:2] in (
+                ["fixtures"], ["suites"], ["load"]):
             out.append(f"{_where(imp, known)}: report imports {imp.target}")
     return out
 

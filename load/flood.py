@@ -44,7 +44,8 @@ from clusterproof.apf.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_nam
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.load.kube_user import KubeApiUser, finish_runner, locust_environment
 
-FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"      # clusterproof.kube.flowcontrol's names (locust does not import the client)
+# clusterproof.kube.flowcontrol's names (locust does not import the client)
+FS_UID_HEADER = "X-Kubernetes-PF-FlowSchema-UID"
 PL_UID_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 
 

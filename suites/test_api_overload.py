@@ -71,7 +71,8 @@ def test_apf_objects_meet_the_profile_expectations(cluster, apf_config, profile,
                             f"{apf_config.level_of(f)}" for f in apf_config.flow_schemas),
                   "FlowSchemas by matching precedence", allure.attachment_type.TEXT)
     figures.add("expectations not met", len(problems), "", 0)
-    assert not problems, "the cluster's API Priority and Fairness objects do not match the profile: " + "; ".join(problems)
+    assert not problems, ("the cluster's API Priority and Fairness objects do not match the profile: "
+                          + "; ".join(problems))
 
 
 @pytest.mark.smoke
@@ -144,7 +145,8 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
         "queues small enough to fill)")
     assert no_retry_after == 0, f"{no_retry_after} of {r429} 429 responses had no Retry-After header"
     assert elsewhere == 0 and unheaded == 0, (
-        f"{elsewhere} flood responses carried another FlowSchema/level UID (e.g. {run.summary.get('other_classification')}) "
+        f"{elsewhere} flood responses carried another FlowSchema/level UID "
+        f"(e.g. {run.summary.get('other_classification')}) "
         f"and {unheaded} none, instead of {run.flow.fs_uid}/{run.flow.pl_uid} ({level})")
     assert not others, f"rejections outside the flood's level: {others}"
     assert not errors5 and no_answer == 0, (
@@ -274,7 +276,8 @@ def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, prof
     wrong = {m: {k: n for k, n in r.classified.items() if k != expected} for m, r in join_storm.items()}
     wrong = {m: w for m, w in wrong.items() if w}
     figures.add("joins classified elsewhere", sum(sum(w.values()) for w in wrong.values()), "", 0)
-    assert not wrong, f"node registrations (as system:node:<name> in system:nodes) went elsewhere than {expected}: {wrong}"
+    assert not wrong, (f"node registrations (as system:node:<name> in system:nodes) went elsewhere than "
+                       f"{expected}: {wrong}")
 
 
 @pytest.mark.destructive
@@ -285,11 +288,13 @@ def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile, f
     f = run.figures()
     allure.attach(json.dumps(f, indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)
     figures.add("joined nodes", f["registered"], "nodes", run.nodes, ">=")
-    figures.add("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s, headline=True)
+    figures.add("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s,
+                headline=True)
     figures.add("join 429s (retried)", f["join_429"], "")
     figures.add("well-behaved p99 during the join", f["well_behaved_client"]["p99_s"], "s")
     figures.add("existing nodes NotReady", len(run.flapped), "", 0)
-    assert not run.flapped, f"existing nodes turned NotReady while {run.nodes} nodes joined ({mode}): {_names(run.flapped)}"
+    assert not run.flapped, (f"existing nodes turned NotReady while {run.nodes} nodes joined ({mode}): "
+                             f"{_names(run.flapped)}")
     assert f["registered"] == run.nodes, (
         f"{f['registered']} of {run.nodes} nodes registered ({mode}); 429s {f['join_429']}, given up "
         f"{f['join_given_up']}, 5xx {f['join_5xx']}, no answer {f['join_no_response']}")

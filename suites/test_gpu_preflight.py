@@ -1,4 +1,5 @@
-"""GPU preflight: a node whose GPUs fail preflight stays tainted and cordoned and gets no work; a healthy one is released.
+"""GPU preflight: a node whose GPUs fail preflight stays tainted and cordoned and gets no work; a healthy
+one is released.
 
 New GPU nodes join with the preflight taint and label; only a passing check
 removes them. Nodes that go bad later are cordoned and drained, within the
@@ -99,7 +100,8 @@ def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
 # --- 1. joining nodes -------------------------------------------------------------------------
 
 @pytest.mark.smoke
-def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(preflight, cluster, profile, figures):
+def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(
+        preflight, cluster, profile, figures):
     run = _simulated(preflight)
     bound = profile.preflight_quarantine_timeout_s
     out = settle_join(cluster.api, run, bound)
@@ -189,7 +191,8 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
     else:
         if not profile.preflight_image:
             pytest.fail("clusterproof: preflight_image is empty: name an image with this repository's preflight "
-                        "package and nvidia-ml-py (clusterproof/preflight/checker/Dockerfile) to check real GPU nodes", pytrace=False)
+                        "package and nvidia-ml-py (clusterproof/preflight/checker/Dockerfile) to check real GPU nodes",
+                        pytrace=False)
         nodes = idle_gpu_nodes(api)
         if not nodes:
             pytest.skip("no idle GPU node (nvidia.com/gpu allocatable, no workload pod) to run the checker on")

@@ -227,7 +227,8 @@ def test_the_series_api_honours_its_limit(pathological, profile, figures):
     "Prometheus 3.16.0 applies neither --query.timeout nor --query.max-samples to /api/v1/series "
     "(web/api/v1/api.go series(): only the request's own context and limit=). Measured with the 7,500-node "
     "history: {le!=\"\"} answered 200 with all 1,087,500 series (191 MiB) after 7.9 s (idle machine) to 32 s "
-    "(loaded) against a 2 s query timeout, and Prometheus' RSS grew by 0.8-1.0 GiB. Mitigation: limit= (test_the_series_api_honours_its_limit), "
+    "(loaded) against a 2 s query timeout, and Prometheus' RSS grew by 0.8-1.0 GiB. "
+    "Mitigation: limit= (test_the_series_api_honours_its_limit), "
     "and a timeout in the proxy or client in front of the series API"))
 def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(pathological, prometheus, profile, figures):
     u = series_unbounded(prometheus)
@@ -267,7 +268,8 @@ def test_prometheus_answers_a_cheap_query_right_after(pathological, prometheus, 
     a = pathological.cheap_after
     figures.add("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
     assert a.ok and a.data["result"], f"right after the pathological queries, count(up) was not answered: {a}"
-    assert a.elapsed_s <= prometheus.timeout_s, f"right after the pathological queries count(up) took {a.elapsed_s:.2f} s"
+    assert a.elapsed_s <= prometheus.timeout_s, (
+        f"right after the pathological queries count(up) took {a.elapsed_s:.2f} s")
 
 
 @pytest.mark.heavy_query
@@ -290,7 +292,8 @@ def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, 
     missed = {j: g for j, g in s.max_gap_s.items() if g >= 1.5 * s.interval_s[j]}
     assert not missed, ("Prometheus missed scrapes while the pathological queries ran "
                         f"({p.t_end - p.t_start:.0f} s): " + "; ".join(
-                            f"{j}: a {g:.1f} s gap (interval {s.interval_s[j]:g} s)" for j, g in sorted(missed.items())))
+                            f"{j}: a {g:.1f} s gap (interval {s.interval_s[j]:g} s)"
+                            for j, g in sorted(missed.items())))
     own = {j: n for j, n in s.failed.items() if j.startswith("prometheus/") and n}
     assert not own, f"Prometheus failed to scrape itself while the queries ran: {own}"
 
@@ -340,9 +343,11 @@ def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster
     figures.add(f"POST {PROBE_RESOURCE} p99, PromQL", p.p99_s, "s")
     figures.add(f"POST {PROBE_RESOURCE} p99, /metrics", d.p99_s, "s")
     figures.add("creates counted, PromQL", p.count, "calls", d.count, op="==")
-    assert p.count >= PROBE_CREATES and d.count >= PROBE_CREATES, f"the probe's {PROBE_CREATES} creates were not all seen: {d}; {p}"
+    assert p.count >= PROBE_CREATES and d.count >= PROBE_CREATES, (
+        f"the probe's {PROBE_CREATES} creates were not all seen: {d}; {p}")
     replicas = apimetrics.apiserver_replicas(cluster.api)
     if replicas <= 1:
         assert p.count == d.count, f"the instruments disagree on the window: /metrics {d}; PromQL {p}"
         assert abs(p.p99_s - d.p99_s) <= 1e-9 * max(1.0, d.p99_s), \
-            f"same buckets, different p99: /metrics {d}; PromQL {p} (histogram_quantile differs from clusterproof.core.stats)"
+            (f"same buckets, different p99: /metrics {d}; PromQL {p} "
+             "(histogram_quantile differs from clusterproof.core.stats)")

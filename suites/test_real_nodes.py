@@ -168,7 +168,8 @@ def _pod_events(api, namespace: str, pod: str) -> list[dict]:
 # --- 3. API Priority and Fairness sees a kubelet ------------------------------------------------------
 
 def _heartbeats(audit_log, names: list[str]) -> list[dict]:
-    """The real nodes' Lease and node-status writes the apiserver audited (clusterproof.cluster.realnodes.audit_rules)."""
+    """The real nodes' Lease and node-status writes the apiserver audited
+    (clusterproof.cluster.realnodes.audit_rules)."""
     out = []
     try:
         lines = audit_log.read_text(errors="replace").splitlines()

@@ -262,8 +262,8 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
             raise
         if refused_by_rbac(e):   # not admission's verdict: the harness may not ask
             raise HarnessError(f"the harness may not patch its own pod in namespace {ns} ({api_message(e)}), so it "
-                               "cannot tell whether admission refuses the update: grant it (clusterproof/kube/rbac.yaml "
-                               "clusterproof-team)") from None
+                               "cannot tell whether admission refuses the update: grant it "
+                               "(clusterproof/kube/rbac.yaml clusterproof-team)") from None
         outcome.append(f"{ns}/{team}-later: update adding {describe_toleration(sneak)} refused: {api_message(e)}")
     # Corrected pods were sent to a pool they may not use: they must stay off it.
     for ns, pods in created.items():
@@ -401,7 +401,7 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
             bad.append(f"{e} (node {node.name} has {rules.taint_key}={team}:NoExecute)")
         for ns, name in sorted(victims):
             try:
-                wait_for(lambda: pod_events(api, ns, EVICTION_REASON, created[(ns, name)]).get(name),
+                wait_for(lambda ns=ns, name=name: pod_events(api, ns, EVICTION_REASON, created[(ns, name)]).get(name),
                          timeout=30, interval=1,
                          what=f"a {EVICTION_REASON} event for pod {ns}/{name}")
             except AssertionError as e:
@@ -482,7 +482,8 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
         for ns, bodies in plan.items():
             created[ns] = create_pods(api, ns, bodies)
             now, ev = pl.wait_settled(api, ns, created[ns], profile.taint_timeout_s,
-                                      f"pods aimed at new node {node.name} refused while it carries the preflight taint")
+                                      f"pods aimed at new node {node.name} refused while it carries "
+                                      "the preflight taint")
             bad += [f"pod {ns}/{n} landed on {where} while {node.name} carries {profile.preflight_taint_key}"
                     for n, where in now.items() if where]
             bad += [f"pod {ns}/{n} is Pending without an untolerated-taint event" for n, where in now.items()

@@ -183,7 +183,8 @@ def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annota
             problems.append(f"at {n} endpoints the Endpoints object carries {OVER_CAPACITY}={note!r}, expected "
                             "'truncated'")
         if n <= ENDPOINTS_MAX_CAPACITY and note is not None:
-            problems.append(f"at {n} endpoints the Endpoints object carries {OVER_CAPACITY}={note!r} (not over capacity)")
+            problems.append(f"at {n} endpoints the Endpoints object carries {OVER_CAPACITY}={note!r} "
+                            "(not over capacity)")
     _fail(problems)
 
 

@@ -109,7 +109,8 @@ def test_equal_precedence_is_broken_by_name():
 
 def test_the_runs_flood_schema_matches_only_its_service_account():
     flood = schema_body("clusterproof-flood-r", "r", "clusterproof-flood-r",
-                        {"kind": "ServiceAccount", "serviceAccount": {"namespace": "cp-flood", "name": "clusterproof-load"}})
+                        {"kind": "ServiceAccount",
+                         "serviceAccount": {"namespace": "cp-flood", "name": "clusterproof-load"}})
     schemas = apf.sort_schemas([*DEFAULTS, flood])
     assert apf.classify(schemas, apf.load_requests("cp-flood", "clusterproof-load")[0])["metadata"]["name"] == \
         "clusterproof-flood-r"

@@ -74,7 +74,8 @@ def _assert_nothing_left(cluster, run_id):
 def test_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
     rid, run = _run(cluster, profile, tmp_path, select="not join")
     assert run.returncode == 0 and not run.failures, run.output[-3000:]
-    assert {SHED, HEARTBEATS, SCHEDULING, WELL_BEHAVED, LOSE_NOTHING, RECOVERY, EXPECTATIONS, CLASSIFIED} <= set(run.passed)
+    assert {SHED, HEARTBEATS, SCHEDULING, WELL_BEHAVED, LOSE_NOTHING, RECOVERY, EXPECTATIONS,
+            CLASSIFIED} <= set(run.passed)
     res = allure_results(tmp_path)
     atts = {a["name"] for a in res[SHED].get("attachments", [])}
     assert any(a.startswith("429 responses per second by flow schema") for a in atts), atts

@@ -187,7 +187,8 @@ def test_a_long_key_keeps_the_figure_name_and_the_test_parameters():
     key = ("suites/test_gpu_preflight.py::test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones"
            "_are_released[p] :: time to quarantine, p99")
     short = compare.short_key(key, 70)
-    assert len(short) == 70 and short.startswith("test_gpu_preflight::") and short.endswith("[p] :: time to quarantine, p99")
+    assert (len(short) == 70 and short.startswith("test_gpu_preflight::")
+            and short.endswith("[p] :: time to quarantine, p99"))
     long_name = "x :: " + "projected egress at 7,500 nodes: Endpoints, protobuf, truncated at 1,000 (today)"
     assert compare.short_key(long_name, 40) == long_name[5:42] + "..."
     assert compare.short_key("suites/test_a.py::test_b :: c", 90) == "test_a::test_b :: c"

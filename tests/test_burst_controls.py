@@ -207,7 +207,8 @@ def test_burst_suite_catches_a_stalling_etcd(cluster, profile, api_guard, tmp_pa
 
 
 BAD = [
-    pytest.param(["burst_job_size=500"], "is larger than the 38 nodes of the shared pool", id="burst-larger-than-cluster"),
+    pytest.param(["burst_job_size=500"], "is larger than the 38 nodes of the shared pool",
+                 id="burst-larger-than-cluster"),
     pytest.param(["burst_jobs=0"], "burst_jobs must be >= 1, got 0", id="no-jobs"),
     pytest.param(["slo_pod_startup_p99_s=0"], "slo_pod_startup_p99_s must be > 0", id="impossible-slo"),
     pytest.param(["burst_users=1", "burst_locust_processes=2"], "every locust worker needs a user",

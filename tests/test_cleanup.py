@@ -183,8 +183,8 @@ def test_a_stale_pid_file_never_gets_an_unrelated_process_killed(path, fake_clus
     if path == "sweep":
         assert kc.name in sweep_clusters()
     else:
-        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and f"deleted {kc.name}" in out.stdout, out.stdout + out.stderr
     _own_killed_and_no_other(kc, procs)
 
@@ -220,8 +220,8 @@ def test_an_owner_recorded_on_another_host_is_never_judged_dead_here(what, fake_
         (kc.directory / OWNER_FILE).write_text(json.dumps(owner))
         (kc.directory / "keep").touch()   # even --sweep-all, which deletes kept clusters, leaves it
         assert kc.name not in sweep_clusters(say=said.append)
-        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-m", "clusterproof.cluster.kwok", "--sweep-all"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
         said.append(out.stdout)
         with pytest.raises(HarnessError, match="elsewhere.example"):
             kc.delete()

@@ -72,7 +72,8 @@ def leftovers(cluster, profile, session_run: str, run_id: str) -> list[str]:
     api, marks = cluster.api, Marks.from_profile(profile)
     left = run_leftovers(api, run_id)
     left += [f"agent process {p.pid}" for p in psutil.process_iter(["cmdline"])
-             if "clusterproof.preflight.agent" in " ".join(p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+             if "clusterproof.preflight.agent" in " ".join(p.info["cmdline"] or [])
+             and run_id in (p.info["cmdline"] or [])]
     nodes = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}
     for body in node_bodies(profile, session_run):
         name = body["metadata"]["name"]

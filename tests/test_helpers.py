@@ -186,7 +186,8 @@ def test_permission_list_comes_from_the_shipped_manifest_and_where_it_is_bound()
             "create pods in namespace p-0 (clusterproof-pool)",
             "create pods in namespace ml-research (clusterproof-team)"} <= base
     assert not any(d.startswith("patch nodes") for d in base)
-    assert not any("clusterproof-pool" in d and "clusterproof-0" in d for d in base), "the pool found replaces the file's"
+    assert not any("clusterproof-pool" in d and "clusterproof-0" in d for d in base), (
+        "the pool found replaces the file's")
     more = {i.describe() for i in Manifest.shipped(True, pool=["p-0"]).items} - base
     assert {"patch nodes cluster-wide (clusterproof-destructive)",
             "delete flowschemas clusterproof-flood (flowcontrol.apiserver.k8s.io) cluster-wide "
@@ -236,7 +237,8 @@ def test_report_titles_are_sentences_and_docstrings_read_as_html():
     import types
 
     from clusterproof.report.allure import as_html, sentence
-    item = types.SimpleNamespace(originalname="test_gang_is_bound_all_together", name="test_gang_is_bound_all_together[native]")
+    item = types.SimpleNamespace(originalname="test_gang_is_bound_all_together",
+                                 name="test_gang_is_bound_all_together[native]")
     assert sentence(item) == "Gang is bound all together (native)"
     html = as_html("What holds.\nStill the same paragraph.\n\n- a ``key``\n  continued\n- b")
     assert html.startswith('<p style="margin: 0 0 0.6em 0">What holds. Still the same paragraph.</p>\n<ul style=')
@@ -303,8 +305,9 @@ def test_a_403_from_rbac_is_told_apart_from_an_admission_denial():
     """A check that expects admission to refuse must not take the authorizer's refusal as that verdict."""
     def err(message):
         return client.ApiException(status=403, reason="Forbidden",
-                                   http_resp=types.SimpleNamespace(status=403, reason="Forbidden", headers={}, data=json.dumps(
-                                       {"kind": "Status", "message": message}).encode()))
+                                   http_resp=types.SimpleNamespace(
+                                       status=403, reason="Forbidden", headers={},
+                                       data=json.dumps({"kind": "Status", "message": message}).encode()))
     rbac = err('pods "p" is forbidden: User "system:serviceaccount:clusterproof:clusterproof" cannot patch '
                'resource "pods" in API group "" in the namespace "team-a"')
     admission = err("pods \"p\" is forbidden: ValidatingAdmissionPolicy 'x' with binding 'y' denied request: "

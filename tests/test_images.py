@@ -1,4 +1,5 @@
-"""The node images (clusterproof/cluster/images.py): the pause binary, both archives, and the checker run by a real containerd.
+"""The node images (clusterproof/cluster/images.py): the pause binary, both archives, and the checker
+run by a real containerd.
 
 A private containerd (own root, state and socket in a temporary directory; the
 CRI plugin disabled, so it never touches the host's /etc/cni or a kubelet)

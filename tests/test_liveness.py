@@ -169,7 +169,8 @@ def test_the_verdict_is_on_the_servers_clock_not_the_local_one(start):
     """The fake server's Date is 25 years off the local clock: the Lease is written and judged
     in server time, so it renews as usual -- and expires when the *server's* clock passes it."""
     server, clock, lost = FakeServer(start), HandClock(), []
-    lease = RunLease(None, "unit", "clusterproof", duration_s=3600, on_lost=lost.append, request=server, clock=clock).acquire()
+    lease = RunLease(None, "unit", "clusterproof", duration_s=3600, on_lost=lost.append, request=server,
+                     clock=clock).acquire()
     try:
         assert server.lease()["spec"]["renewTime"] == start.strftime(MICRO)
         server.shift, clock.t = 900, clock.t + 900

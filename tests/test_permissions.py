@@ -261,7 +261,8 @@ def test_a_service_account_bound_to_the_old_roles_is_caught(cluster, run_id, tmp
     docs += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": access.HOME}}]
     docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
               "metadata": {"name": d["metadata"]["name"]},
-              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": d["metadata"]["name"]},
+              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                          "name": d["metadata"]["name"]},
               "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": access.HOME}]}
              for d in docs if d["kind"] == "ClusterRole"]
     with guest.applied(api, docs):
@@ -413,7 +414,8 @@ def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_n
                     "lends seats": answer(pl, level(1, lendable=50)),
                     "the narrow flow": answer(fs, schema("clusterproof-flood", ours)),
                     "the narrow level": answer(pl, level(1))}
-    assert "may create only the FlowSchema and priority level named clusterproof-flood" in verdicts["other name"], verdicts
+    assert ("may create only the FlowSchema and priority level named clusterproof-flood"
+            in verdicts["other name"]), verdicts
     assert "may match only ServiceAccounts of its pool namespaces" in verdicts["matches everyone"], verdicts
     assert "must be Limited, at most 10 shares" in verdicts["too many shares"], verdicts
     assert "lending and borrowing nothing" in verdicts["lends seats"], verdicts

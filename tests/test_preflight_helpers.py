@@ -230,7 +230,8 @@ def test_agent_counts_requests_by_verb_and_resource():
     assert request_key("POST", "https://h/api/v1/namespaces/ns/pods/p/eviction") == "POST pods/eviction"
     assert request_key("GET", "https://h/api/v1/pods?fieldSelector=spec.nodeName%3Dn") == "GET pods"
     assert request_key("POST", "https://h/api/v1/namespaces/default/events") == "POST events"
-    assert request_key("GET", "https://h/apis/policy/v1/namespaces/x/poddisruptionbudgets") == "GET poddisruptionbudgets"
+    assert (request_key("GET", "https://h/apis/policy/v1/namespaces/x/poddisruptionbudgets")
+            == "GET poddisruptionbudgets")
 
 
 def test_default_and_smoke_preflight_profiles_are_consistent():

@@ -65,7 +65,8 @@ def test_ctrl_c_on_the_embedded_cluster_leaves_no_prometheus(tmp_path):
         kc.delete()
 
 
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm"), pytest.param(signal.SIGKILL, id="sigkill")])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm"),
+                                 pytest.param(signal.SIGKILL, id="sigkill")])
 def test_an_interrupted_run_against_an_existing_cluster_leaves_no_prometheus(sig, cluster, tmp_path):
     run_id = f"promint-{os.urandom(2).hex()}"
     directory = runs_root() / f"cp-{run_id}"

@@ -43,8 +43,10 @@ def test_bad_prometheus_durations(text):
 
 
 @pytest.mark.parametrize("status,body,deadline,samples", [
-    (503, {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}, True, False),
-    (422, {"status": "error", "errorType": "execution", "error": "expanding series: context deadline exceeded"}, True, False),
+    (503, {"status": "error", "errorType": "timeout",
+           "error": "query timed out in expression evaluation"}, True, False),
+    (422, {"status": "error", "errorType": "execution",
+           "error": "expanding series: context deadline exceeded"}, True, False),
     (422, {"status": "error", "errorType": "execution", "error": "context deadline exceeded"}, True, False),
     (422, {"status": "error", "errorType": "execution",
            "error": "query processing would load too many samples into memory in query execution"}, False, True),
@@ -210,6 +212,7 @@ def test_scrape_gaps_find_a_missed_scrape():
 
 def test_scrape_gaps_span_the_window_from_the_scrape_before_to_the_one_after():
     """A window shorter than the interval: the scrapes around it still count (no sample inside is not 'no data')."""
-    fake = _FakeProm([{"metric": {"job": "prometheus", "instance": "a"}, "values": [[100, "1"], [102, "1"], [106, "1"]]}])
+    fake = _FakeProm([{"metric": {"job": "prometheus", "instance": "a"},
+                       "values": [[100, "1"], [102, "1"], [106, "1"]]}])
     s = scrapes(fake, 102.5, 103.0, 2.0)
     assert s.max_gap_s["prometheus/a"] == 4 and s.samples["prometheus/a"] == 0

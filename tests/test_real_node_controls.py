@@ -206,15 +206,17 @@ def test_a_node_without_nvml_and_kubelets_running_as_the_admin_fail_their_checks
     finally:
         kc.delete()
     assert run.returncode == 1, run.output[-3000:]
-    assert sorted(run.failures) == sorted([CHECKER, CLASSIFIED]), f"failed: {sorted(run.failures)}\n{run.output[-3000:]}"
+    assert sorted(run.failures) == sorted([CHECKER, CLASSIFIED]), (
+        f"failed: {sorted(run.failures)}\n{run.output[-3000:]}")
     checker = _message(run.failures[CHECKER])
     # Both rounds (fault injected, then healthy) find no library, and the node stays held back.
     nvml = re.findall(rf"node {NODE}: the checker pod could not use NVML \(preflight: no NVML library: "
                       r"libnvidia-ml\.so\.1 was not found \(NVMLError_LibraryNotFound\).*? -- the node is ([\w-]+)",
                       checker)
-    assert nvml == ["failed", "failed"], ("the preflight check must say, for each of its two rounds, that the checker pod on "
-                            f"{NODE} found no libnvidia-ml.so.1 and that the node is failed (held back); it said: "
-                            f"{checker}")
+    assert nvml == ["failed", "failed"], (
+        "the preflight check must say, for each of its two rounds, that the checker pod on "
+        f"{NODE} found no libnvidia-ml.so.1 and that the node is failed (held back); it said: "
+        f"{checker}")
     assert "the node is failed (held back, not released)" in checker and "RELEASED" not in checker, (
         f"the node without NVML must be held back, never released: {checker}")
     assert f"node {NODE} has reason label clusterproof.io/preflight-reason=nvml-unavailable, expected " \

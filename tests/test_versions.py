@@ -27,7 +27,8 @@ def test_gates_a_version_does_not_know_are_left_out_and_named():
 def test_the_gates_a_version_knows_are_read_from_its_own_apiserver():
     """The pinned kube-apiserver (built by make test's set-up): 1.35's alpha gates are among its own."""
     known = known_feature_gates(toolchain.ensure(toolchain.KUBERNETES).path("kube-apiserver"))
-    assert len(known) > 100 and {"GenericWorkload", "GangScheduling", "MutatingAdmissionPolicy"} <= known, sorted(known)[:5]
+    assert len(known) > 100 and {"GenericWorkload", "GangScheduling",
+                                 "MutatingAdmissionPolicy"} <= known, sorted(known)[:5]
 
 
 @pytest.mark.parametrize("output,module", [

@@ -143,7 +143,8 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     streams authenticate with the token), an existing Service that something else churns."""
     name, svc = churned_service
     kubeconfig, token = least_privilege
-    pods_before = {p["metadata"]["name"] for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
+    pods_before = {p["metadata"]["name"]
+                   for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
     rid = _rid("r")
     run = run_pytest([SUITE, "--kubeconfig", str(kubeconfig), "--as-real-cluster", "--profile", profile.name,
                       "--run-id", rid, f"--set=watch_service={name}", "--set=watch_window_s=15"], tmp_path,
@@ -156,7 +157,8 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     made = [n["metadata"]["name"] for n in list_raw(cluster.api, "/api/v1/namespaces",
                                                     {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]]
     assert made in ([], [f"cp-run-{rid}"]), f"the read-only run created namespaces {made} (besides its Lease's)"
-    pods_after = {p["metadata"]["name"] for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
+    pods_after = {p["metadata"]["name"]
+                  for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
     assert pods_after == pods_before, "the read-only run changed the existing Service's pods"
     _assert_nothing_left(cluster, rid)
 
@@ -182,7 +184,8 @@ def test_bad_watch_profile_values_end_the_run_with_one_line(setting, expected, t
 @pytest.mark.parametrize("setting,expected", [
     pytest.param("watch_kcm_max_endpoints_per_slice=1000", "watch_kcm_max_endpoints_per_slice configures the "
                  "embedded cluster's kube-controller-manager", id="kcm-flag-on-existing-cluster"),
-    pytest.param("watch_service=nowhere/nothing", "watch_service nowhere/nothing: no such Service", id="no-such-service"),
+    pytest.param("watch_service=nowhere/nothing", "watch_service nowhere/nothing: no such Service",
+                 id="no-such-service"),
     pytest.param("watch_sizes=20000", "watch_sizes asks for 20000 endpoints, more than the 100 nodes of the cluster "
                  "hold at node_max_pods=110", id="more-endpoints-than-the-nodes-hold"),
 ])

@@ -153,7 +153,8 @@ def test_budget_is_one_full_slice_per_change():
 
 
 def test_agreement_adds_other_watchers_as_protobuf_watchers():
-    pb = wa.GroupFigures("endpointslices", "protobuf", 2, metric_bytes=200, metric_events=2, metric_bytes_one_watcher=100)
+    pb = wa.GroupFigures("endpointslices", "protobuf", 2, metric_bytes=200, metric_events=2,
+                         metric_bytes_one_watcher=100)
     js = wa.GroupFigures("endpointslices", "json", 2, metric_bytes=300, metric_events=2)
     a = wa.agreement("endpointslices", [js, pb], (6, 800, 7))   # 7 WATCH requests: 4 ours, 3 others
     assert (a.other_watchers, a.other_bytes, a.expected, a.relative_difference) == (3, 300, 800, 0)

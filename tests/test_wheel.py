@@ -113,7 +113,8 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_generic(installed)
                   "import clusterproof, clusterproof.config.profile as p, clusterproof.cluster.images as i,"
                   "clusterproof.cluster.toolchain as t, clusterproof.core.locust as l;"
                   "print(clusterproof.CHECKOUT);"
-                  "[print(x, x.exists()) for x in (p.BASE, i.PAUSE_SOURCE, i.PREFLIGHT_DIR, t.MOCKNVML_DIR, l.LOAD_DIR)];"
+                  "[print(x, x.exists()) for x in "
+                  "(p.BASE, i.PAUSE_SOURCE, i.PREFLIGHT_DIR, t.MOCKNVML_DIR, l.LOAD_DIR)];"
                   "print(sorted(g.__name__ for g in p.profile_model().__key_groups__))"], site.parent)
     assert probe.returncode == 0, probe.stderr
     lines = probe.stdout.splitlines()

@@ -104,7 +104,8 @@ class WellBehaved(threading.Thread):
             name = f"probe-{i // 3}"
             step = i % 3
             if step == 0:
-                self._call("create configmap", "POST", cms, {"metadata": metadata(name, self.run_id), "data": {"i": str(i)}})
+                self._call("create configmap", "POST", cms,
+                           {"metadata": metadata(name, self.run_id), "data": {"i": str(i)}})
             elif step == 1:
                 self._call("get configmap", "GET", f"{cms}/{name}")
             else:

@@ -45,7 +45,8 @@ def flood_figures(run, profile) -> dict:
         r429 = k.get("responses", {}).get("status 429", 0)
         kinds[kind] = {"planned": k.get("planned"), "created": k.get("created"),
                        "exist_at_end": len(run.existing_pods.get(kind, [])), "responses": k.get("responses"),
-                       "responses_429": r429, "responses_429_per_created_pod": round(r429 / max(1, k.get("created", 0)), 2),
+                       "responses_429": r429,
+                       "responses_429_per_created_pod": round(r429 / max(1, k.get("created", 0)), 2),
                        "retry_after_s": k.get("retry_after_s"),
                        "seconds_flood_start_to_last_create": k.get("last_create_s")}
     late = max((s.late_s for s in run.leases if run.phases.flood <= s.t <= run.phases.end), default=None)
@@ -75,7 +76,8 @@ def flood_figures(run, profile) -> dict:
 def main(argv: list[str]) -> int:
     args = common.parser(__doc__, "smoke", "apf.json").parse_args(argv)
     if args.kubeconfig:
-        raise common.fail(ValueError("clusterproof.bench.apf floods and joins nodes on the embedded cluster: drop --kubeconfig"))
+        raise common.fail(ValueError("clusterproof.bench.apf floods and joins nodes on the embedded cluster: "
+                                     "drop --kubeconfig"))
     profile = common.load(args)
     with common.cluster(args, profile) as c, tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
         config = apf.read_config(c.api)

@@ -58,7 +58,8 @@ def main(argv: list[str]) -> int:
                     help="also start the Coscheduling scheduler and controller (as the gang suite's runs do)")
     args = ap.parse_args(argv)
     if args.kubeconfig:
-        raise common.fail(ValueError("clusterproof.bench.bringup measures the embedded cluster's bring-up: drop --kubeconfig"))
+        raise common.fail(ValueError("clusterproof.bench.bringup measures the embedded cluster's bring-up: "
+                                     "drop --kubeconfig"))
     profile = common.load(args)
     run_id = new_run_id()
     sampler = PeakRss(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40).directory / "pids")

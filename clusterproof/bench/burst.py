@@ -134,7 +134,8 @@ def main(argv: list[str]) -> int:
             ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
             tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
             delete_run_pods(c.api, ns, run_id, timeout=300)
-            runs.append({"locust": {**b.figures, "incomplete": b.incomplete, "interrupted": b.interrupted}, "threadpool": tp})
+            runs.append({"locust": {**b.figures, "incomplete": b.incomplete, "interrupted": b.interrupted},
+                         "threadpool": tp})
         gang = gang_admission(c, profile, ns, run_id, say)
         # Best of each client, as each run shares two cores with the whole control plane.
         loc = max((x["locust"] for x in runs), key=lambda f: f["create_qps"])

@@ -93,7 +93,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--machines", type=int, default=7500, help="simulated machines for the checker's own cost")
     args = ap.parse_args(argv)
     if args.kubeconfig:
-        raise common.fail(ValueError("clusterproof.bench.preflight plays the agent on simulated nodes: drop --kubeconfig"))
+        raise common.fail(ValueError("clusterproof.bench.preflight plays the agent on simulated nodes: "
+                                     "drop --kubeconfig"))
     profile, say = common.load(args), common.say
     say(f"checker: {args.machines} simulated machines in one process vs a process each")
     cost = checker_cost(args.machines)
@@ -135,7 +136,8 @@ def main(argv: list[str]) -> int:
                      "time_to_quarantine": dist(join.quarantine_s), "time_to_release": dist(join.release_s),
                      "problems": join.problems[:20],
                      "agent_checks": s1.get("checks"),
-                     "agent_check_ms": round(1000 * s1["check_seconds"] / s1["checks"], 3) if s1.get("checks") else None,
+                     "agent_check_ms": (round(1000 * s1["check_seconds"] / s1["checks"], 3)
+                                        if s1.get("checks") else None),
                      "agent_requests": join_agent,
                      "agent_requests_per_decided_node": round(join_agent["total"] / decided, 2) if decided else None,
                      "apiserver_requests": delta(m1, m0)},

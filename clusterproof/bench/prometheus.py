@@ -224,8 +224,9 @@ def main(argv: list[str]) -> int:
         raise common.fail(e) from None
     work = own_directory(f"bench-{new_run_id()}")
     result: dict = {
-        "history": {**dataclasses.asdict(history.shape), "series": history.series, "bucket_series": history.bucket_series,
-                    "samples": history.samples, "build_s": round(history.build_s, 1), "was_cached": history.cached,
+        "history": {**dataclasses.asdict(history.shape), "series": history.series,
+                    "bucket_series": history.bucket_series, "samples": history.samples,
+                    "build_s": round(history.build_s, 1), "was_cached": history.cached,
                     "blocks": len(history.blocks())},
         "load_average_at_start": os.getloadavg(),
     }

@@ -1,11 +1,11 @@
 """Pod creation load, measured: a pod watch starts, locust applies load/burst.py, the watch gathers.
 
 Shared by suites/test_burst_pod_creation.py (through the ``burst`` fixture
-of ``clusterproof.fixtures.burst``) and the benchmarks (clusterproof/bench/burst.py, clusterproof/bench/knee.py), so that the
-suite's checks and the benchmarks' figures are the same numbers. Load (what
-to apply, phase by phase) is ``load/``; this module only orders the phases
-and measures (ClusterLoader2: measurements start before the phase, gather
-after).
+of ``clusterproof.fixtures.burst``) and the benchmarks (clusterproof/bench/burst.py,
+clusterproof/bench/knee.py), so that the suite's checks and the benchmarks' figures
+are the same numbers. Load (what to apply, phase by phase) is ``load/``; this
+module only orders the phases and measures (ClusterLoader2: measurements start
+before the phase, gather after).
 
 Every figure is taken twice where it can be, and both are reported:
 

@@ -168,7 +168,8 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                      extra_args=(f"kube-controller-manager=kube-api-qps={profile.kcm_api_qps}",
                                  f"kube-controller-manager=kube-api-burst={profile.kcm_api_burst}",
                                  *kcm_endpoint_args(profile)))
-    toolchain.ensure_all(progress, profile.kubernetes_version)  # every binary first: a build that fails ends the run before anything runs
+    # every binary first: a build that fails ends the run before anything runs
+    toolchain.ensure_all(progress, profile.kubernetes_version)
     built = real_node_images(profile, progress)
     lease = None
     try:

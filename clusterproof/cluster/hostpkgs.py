@@ -85,8 +85,9 @@ def install() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m clusterproof.cluster.hostpkgs [--install]``: check (or install, as root) the pinned packages. Not root
-    and not installed: a note, exit 0 -- a run with real nodes then ends with one line saying what to do."""
+    """``python -m clusterproof.cluster.hostpkgs [--install]``: check (or install, as root) the pinned
+    packages. Not root and not installed: a note, exit 0 -- a run with real nodes then ends with one line
+    saying what to do."""
     try:
         if argv == ["--install"]:
             if os.geteuid() != 0 and any(installed()[p] != v for p, v in PACKAGES.items()):

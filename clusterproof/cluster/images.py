@@ -348,15 +348,16 @@ def _gcc_inputs() -> dict:
 
 def _pause_inputs() -> dict:
     if not PAUSE_SOURCE.is_file():
-        raise HarnessError(f"{PAUSE_SOURCE} is missing: restore it from git (git checkout -- clusterproof/cluster/pause.c)")
+        raise HarnessError(f"{PAUSE_SOURCE} is missing: restore it from git "
+                           "(git checkout -- clusterproof/cluster/pause.c)")
     return {"recipe": RECIPE, "image": "pause", "source": hashlib.sha256(PAUSE_SOURCE.read_bytes()).hexdigest(),
             **_gcc_inputs()}
 
 
 def compile_pause(out: Path, log: Path | None = None) -> Path:
     """``gcc -static -Os -s`` of clusterproof/cluster/pause.c into ``out``."""
-    _run(["gcc", "-static", "-Os", "-s", "-Wall", "-o", str(out), str(PAUSE_SOURCE)], log, "compiling clusterproof/cluster/pause.c",
-         "install gcc and static glibc (apt-get install gcc libc6-dev)")
+    _run(["gcc", "-static", "-Os", "-s", "-Wall", "-o", str(out), str(PAUSE_SOURCE)], log,
+         "compiling clusterproof/cluster/pause.c", "install gcc and static glibc (apt-get install gcc libc6-dev)")
     return out
 
 
@@ -604,7 +605,8 @@ def _build_checker(key: str, inputs: dict, base: dict, progress) -> Built:
                           "NVIDIA_DRIVER_CAPABILITIES=utility"]}
         history = [f"debootstrap --variant=minbase --include=python3 {SUITE} / {MIRROR} "
                    f"(debootstrap {base['inputs']['debootstrap']}, Release {date}; apt lists, docs stripped)",
-                   f"pip install nvidia-ml-py=={pin}; COPY clusterproof/preflight/checker/{{{','.join(PREFLIGHT_FILES)}}} /app/preflight/; "
+                   f"pip install nvidia-ml-py=={pin}; "
+                   f"COPY clusterproof/preflight/checker/{{{','.join(PREFLIGHT_FILES)}}} /app/preflight/; "
                    "ln -s /usr/bin/python3 /usr/local/bin/python"]
         return _write_archive("checker", key, [_base_dir(base["key"]) / "layer.tar", layer], config,
                               created, history, labels, progress)
@@ -629,7 +631,8 @@ def build(image: Image = CHECKER, progress=print) -> Built:
             inputs = _checker_inputs(base)
             key = _key(inputs)
             return _cached("checker", key) or _build_checker(key, inputs, base, progress)
-    raise HarnessError(f"unknown image {image!r}: use clusterproof.cluster.images.PAUSE or clusterproof.cluster.images.CHECKER")
+    raise HarnessError(f"unknown image {image!r}: use clusterproof.cluster.images.PAUSE "
+                       "or clusterproof.cluster.images.CHECKER")
 
 
 def _ctr(address: str, namespace: str, *args: str, timeout: float = 600) -> str:

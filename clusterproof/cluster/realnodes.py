@@ -264,7 +264,8 @@ def kubelet_config(node: RealNode, ca: Path) -> dict:
     }
 
 
-FAULTS_FILE = "nvml-faults.json"     # the real nodes' simulated GPUs' faults (clusterproof.preflight.mock_nvml.FaultFile)
+# the real nodes' simulated GPUs' faults (clusterproof.preflight.mock_nvml.FaultFile)
+FAULTS_FILE = "nvml-faults.json"
 
 
 def faults_file(cluster_dir: Path) -> Path:
@@ -381,7 +382,7 @@ def make_cgroups(root: str) -> None:
 def _cgroup_dirs(base: Path) -> list[Path]:
     """``base`` and every cgroup below it; one that vanishes meanwhile (another sweeper, the kubelet) is skipped."""
     out = []
-    for top, dirs, _ in os.walk(base, onerror=lambda e: None):
+    for top, _dirs, _ in os.walk(base, onerror=lambda e: None):
         out.append(Path(top))
     return out
 

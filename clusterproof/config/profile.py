@@ -215,7 +215,8 @@ def _one_line(err: dict, origin_of: dict[str, str], base: dict, name: str, like:
             return f"{origin}: {key} must be between 0 and 1, got {value:g}"
         return f"{origin}: {key} must be {op} {bound:g}, got {value:g}"
     if kind == "literal_error":
-        return f"{origin}: {key} must be one of {ctx.get('expected', '').replace(chr(39), '').replace(' or ', ', ')}, got {value!r}"
+        return (f"{origin}: {key} must be one of "
+                f"{ctx.get('expected', '').replace(chr(39), '').replace(' or ', ', ')}, got {value!r}")
     if kind == "string_pattern_mismatch":
         return f"{origin}: {key} {value!r} must match {ctx.get('pattern')}"
     msg = str(ctx.get("error") or err["msg"]).removeprefix("Value error, ")

@@ -200,7 +200,7 @@ def wait_gangs_settled(api: client.ApiClient, gangs: list[Gang], complete: int, 
     except AssertionError:
         state = GangState.read(api, gangs)
         if state.partial():
-            raise AssertionError(partial_message(state, f"{what}: not reached within {timeout:g} s"))
+            raise AssertionError(partial_message(state, f"{what}: not reached within {timeout:g} s")) from None
         raise
 
 

@@ -160,7 +160,8 @@ class Manifest:
             items += rule_items(ref["name"], rules, ns or "cluster")
         if pool_override is not None:
             pool = list(pool_override)
-            items += [i for ns in pool for i in rule_items(POOL_ROLE, roles.get(("ClusterRole", "", POOL_ROLE), []), ns)]
+            items += [i for ns in pool
+                      for i in rule_items(POOL_ROLE, roles.get(("ClusterRole", "", POOL_ROLE), []), ns)]
         team_rules = roles.get(("ClusterRole", "", TEAM_ROLE), [])
         for ns in team_namespaces:
             items += rule_items(TEAM_ROLE, team_rules, ns)
@@ -315,7 +316,8 @@ def missing(api: client.ApiClient, manifest: Manifest) -> list[str]:
 def pool_namespaces(api: client.ApiClient) -> list[str]:
     """The namespaces provisioned for the harness (label ``clusterproof.io/pool=true``), by name."""
     from clusterproof.kube.client import list_all
-    return sorted(n["metadata"]["name"] for n in list_all(api, "/api/v1/namespaces", {"labelSelector": f"{POOL_LABEL}=true"})
+    return sorted(n["metadata"]["name"]
+                  for n in list_all(api, "/api/v1/namespaces", {"labelSelector": f"{POOL_LABEL}=true"})
                   if not n["metadata"].get("deletionTimestamp"))
 
 
@@ -376,7 +378,8 @@ def provision(api: client.ApiClient, docs: list[dict] | None = None) -> None:
 def team_bindings(team_namespaces: list[str]) -> list[dict]:
     """RoleBindings of ``clusterproof-team`` in each team namespace, for ``kubectl apply``."""
     return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": "clusterproof", "namespace": ns, "labels": {"app.kubernetes.io/name": "clusterproof"}},
+             "metadata": {"name": "clusterproof", "namespace": ns,
+                          "labels": {"app.kubernetes.io/name": "clusterproof"}},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TEAM_ROLE},
              "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SERVICE_ACCOUNT}]}
             for ns in team_namespaces]

@@ -75,7 +75,8 @@ class Claims:
             raise
         return None
 
-    def wait_take(self, key: str, timeout: float, on_dead_holder: Callable[[str], None] = lambda _run: None) -> str | None:
+    def wait_take(self, key: str, timeout: float,
+                  on_dead_holder: Callable[[str], None] = lambda _run: None) -> str | None:
         """``try_take`` until it succeeds or ``timeout`` passes; None (taken) or the run still holding it."""
         seen = {}
 

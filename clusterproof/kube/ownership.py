@@ -49,7 +49,8 @@ def record_name(run_id: str) -> str:
 
 def object_path(call: Call, obj: dict) -> str:
     """The API path of the object a create made (from the create's collection URL and the answer's name)."""
-    group = f"/apis/{obj['apiVersion']}" if "/" in obj.get("apiVersion", "v1") else f"/api/{obj.get('apiVersion', 'v1')}"
+    group = (f"/apis/{obj['apiVersion']}" if "/" in obj.get("apiVersion", "v1")
+             else f"/api/{obj.get('apiVersion', 'v1')}")
     ns = f"/namespaces/{call.namespace}" if call.namespace else ""
     return f"{group}{ns}/{call.resource}/{obj['metadata']['name']}"
 

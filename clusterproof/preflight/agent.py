@@ -9,7 +9,8 @@ cluster's machinery does (``clusterproof.preflight.contract`` names the marks):
 
 - a node that joins under preflight (label ``pending``, taint) is checked as
   soon as it reports Ready=True (its kubelet would start the DaemonSet pod
-  then; the lifecycle controller's not-ready taint may still be on it); its verdict counts once the XID watch window has passed (a
+  then; the lifecycle controller's not-ready taint may still be on it); its
+  verdict counts once the XID watch window has passed (a
   DaemonSet pod watches that long; nodes are checked in parallel, as pods
   are, so the window delays each node but not the others). Pass: taint and
   label removed in one conditional write. Fail: taint kept, cordoned, reason

@@ -107,7 +107,8 @@ def run_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: dict[st
         if bad:
             node, detail = sorted(bad.items())[0]
             raise HarnessError(f"preflight_image {image} cannot be pulled on node {node} ({detail}): set "
-                               "preflight_image to an image your GPU nodes can pull (see clusterproof/preflight/checker/Dockerfile)")
+                               "preflight_image to an image your GPU nodes can pull "
+                               "(see clusterproof/preflight/checker/Dockerfile)")
         return out
     done = wait_for(outcomes, until=lambda o: len(o) == len(bodies) and all(k == "done" for k, _ in o.values()),
                     timeout=timeout, interval=2, what=f"{len(bodies)} checker pod(s) finished")

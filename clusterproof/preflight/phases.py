@@ -89,7 +89,8 @@ def settle_join(api: client.ApiClient, run: PreflightRun, bound: float) -> JoinO
             out.decided_s[name] = t - joined
             (out.quarantine_s if code else out.release_s).append(t - joined)
             if t - joined > bound:
-                out.problems.append(f"node {name} was {state} only {t - joined:.1f} s after it joined (bound {bound} s)")
+                out.problems.append(f"node {name} was {state} only {t - joined:.1f} s after it joined "
+                                    f"(bound {bound} s)")
         if code and state == "released":
             out.problems.append(f"node {name} ({what(run, name)}) was released; it must stay quarantined with "
                                 f"reason {code}")
@@ -192,8 +193,10 @@ def go_bad_in_service(api: client.ApiClient, run: PreflightRun, profile, ns: str
         while len(done) < len(out.victims):
             want = min(cap, len(out.victims) - len(done))
             try:
-                now_out = set(wait_for(out_and_drained, until=lambda o: len(set(o) - done) >= want, timeout=bound,
-                                       interval=0.5, what=f"{want} more node(s) gone bad cordoned and drained"))
+                now_out = set(wait_for(out_and_drained,
+                                       until=lambda o, done=done, want=want: len(set(o) - done) >= want,
+                                       timeout=bound, interval=0.5,
+                                       what=f"{want} more node(s) gone bad cordoned and drained"))
             except WaitTimeout as e:
                 out.problems.append(str(e))
                 break

@@ -297,7 +297,8 @@ def check_reachable(prom: Prom) -> dict:
         raise HarnessError(f"cannot reach Prometheus at {where} ({short_reason(e)}): check --prometheus-url and that "
                            "Prometheus is up") from None
     if a.status in (401, 403):
-        raise HarnessError(f"Prometheus at {where} answered {a.status} ({'unauthorized' if a.status == 401 else 'forbidden'}) "
+        raise HarnessError(f"Prometheus at {where} answered {a.status} "
+                           f"({'unauthorized' if a.status == 401 else 'forbidden'}) "
                            "to GET /api/v1/status/buildinfo: pass --prometheus-token-file with a token it accepts")
     if not a.ok or not isinstance(a.data, dict) or "version" not in a.data:
         got = f"{a.status} {a.error_type}".strip() if a.status != 200 else "200 without a Prometheus build info"

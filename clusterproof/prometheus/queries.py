@@ -75,4 +75,5 @@ def tiny_timeout_probe() -> Query:
     """A modest query that a 1 ms request timeout must cut: no storage read, 60,000 steps of
     ``vector(time())`` (~0.1 s, 120,000 samples at its peak). Not ``vector(1)``: a step-invariant
     expression is evaluated once and copied to every step, with no deadline check in between."""
-    return Query("tiny-timeout", "a 60,000-step subquery of vector(time())", "count_over_time(vector(time())[1m:1ms])", 0)
+    return Query("tiny-timeout", "a 60,000-step subquery of vector(time())",
+                 "count_over_time(vector(time())[1m:1ms])", 0)

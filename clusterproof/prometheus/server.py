@@ -159,7 +159,8 @@ class PromServer:
     def write_config(self) -> Path:
         iv = f"{self.scrape_interval_s:g}s"
         doc = {"global": {"scrape_interval": iv, "scrape_timeout": iv, "evaluation_interval": "1m"},
-               "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]},
+               "scrape_configs": [{"job_name": "prometheus",
+                                   "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]},
                                   *self.scrape_jobs],
                "storage": {"tsdb": {"retention": {"time": RETENTION}}}}
         path = self.directory / "prometheus.yml"

@@ -64,7 +64,8 @@ _SPELLED = {"api": "API", "apis": "APIs", "slo": "SLO", "slos": "SLOs", "gpu": "
 
 
 def sentence(item) -> str:
-    """A check's title as a sentence: test_gang_is_bound_all_together[native] -> 'Gang is bound all together (native)'."""
+    """A check's title as a sentence: test_gang_is_bound_all_together[native] ->
+    'Gang is bound all together (native)'."""
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     words = " ".join(_SPELLED.get(w, w) for w in name.removeprefix("test_").split("_"))
     param = item.name[len(name):].strip("[]") if "[" in item.name else ""

@@ -273,8 +273,8 @@ def text_table(c: Comparison, limit: int | None = None) -> str:
     out.append(f"{'figure':{w}} {'baseline':>10} {'now':>10} {'unit':8} {'change':>9} {'tol':>5}  verdict")
     for r in rows[:limit]:
         tol = "" if r.tolerance_pct is None else f"{r.tolerance_pct:g}%"
-        out.append(f"{short_key(r.key, w):{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} {_pct(r.change_pct):>9} "
-                   f"{tol:>5}  {r.verdict}")
+        out.append(f"{short_key(r.key, w):{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} "
+                   f"{_pct(r.change_pct):>9} {tol:>5}  {r.verdict}")
     if limit and len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in comparison.json (beside the run's summary.json)")
     out.append(("REGRESSED: " if c.regressed else "OK: ") + c.headline())

@@ -160,7 +160,8 @@ def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str
 def change_plot(c: compare.Comparison, most: int = 30) -> bytes | None:
     """The judged figures that moved most, as bars of percent change (worse to the right), each
     coloured by its verdict, each with its own tolerance marked. None when nothing was judged."""
-    rows = [r for r in c.rows if r.verdict in ("regressed", "improved", "within tolerance") and r.change_pct is not None]
+    rows = [r for r in c.rows
+            if r.verdict in ("regressed", "improved", "within tolerance") and r.change_pct is not None]
     rows = sorted(rows, key=lambda r: -abs(r.change_pct))[:most][::-1]
     if not rows:
         return None
@@ -201,12 +202,13 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
     r = summary["run"]
     out = [f"run {r['id']}: profile {r['profile']}, {r['nodes']} nodes, Kubernetes {r['kubernetes']}, "
            f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"
-           + (f" + {r['real_nodes']} real node(s) (kubelet + containerd; GPUs simulated)" if r.get("real_nodes") else "")]
+           + (f" + {r['real_nodes']} real node(s) (kubelet + containerd; GPUs simulated)"
+              if r.get("real_nodes") else "")]
     out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
     for suite, counts in sorted(per_suite.items()):
         out.append((f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds)).rstrip())
     bad = [(n, c) for n, c in summary["checks"].items() if c.get("outcome") in ("failed", "error", "xpassed")]
-    for nodeid, chk in bad[:15]:
+    for _nodeid, chk in bad[:15]:
         out.append(f"  {chk.get('outcome').upper()}: {chk['title']} -- {chk.get('message', '')[:140]}")
     heads = [f for f in summary["figures"].values() if f.get("headline")]
     if heads:

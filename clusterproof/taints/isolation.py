@@ -220,7 +220,8 @@ def team_namespaces(cluster, isolation: Isolation, run_id: str, profile):
         for i, team in enumerate(profile.teams):
             other = profile.teams[(i + 1) % len(profile.teams)] if len(profile.teams) > 1 else None
             try:
-                wait_for(lambda: adm.admission_probe(api, rules, out[team], team, other, kind, run_id),
+                wait_for(lambda team=team, other=other:
+                         adm.admission_probe(api, rules, out[team], team, other, kind, run_id),
                          until=lambda why: why is None, timeout=30, interval=0.5,
                          what=f"admission acting on namespace {out[team]} (team {team})")
             except AssertionError as e:
@@ -230,6 +231,6 @@ def team_namespaces(cluster, isolation: Isolation, run_id: str, profile):
     finally:
         for ns in created:
             cluster.namespaces.give_back(ns)
-        for team, ns in out.items():
+        for _team, ns in out.items():
             if ns not in created:
                 delete_run_pods(api, ns, run_id)

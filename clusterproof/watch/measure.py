@@ -1,8 +1,8 @@
 """The watch-bandwidth measurement: watchers started from a LIST, churn at a set rate, counts on both sides.
 
 Shared by suites/test_watch_bandwidth.py (the ``watch_bandwidth`` fixture of
-``clusterproof.fixtures.watch``) and clusterproof/bench/watch_bandwidth.py, so the checks and the benchmark read the same
-numbers. For each size of the Service (``watch_sizes``):
+``clusterproof.fixtures.watch``) and clusterproof/bench/watch_bandwidth.py, so the
+checks and the benchmark read the same numbers. For each size of the Service (``watch_sizes``):
 
 1. the per-node Service (``clusterproof.watch.pernode_service``) grows to the size and
    settles (its slices and Endpoints show exactly its pods);
@@ -155,7 +155,8 @@ def measure(api: client.ApiClient, profile, target: Target, svc: PerNodeService 
     lists = {a: listing(api, *paths[a]) for a in APIS}
     specs = [Spec(a, enc, paths[a][0], {**paths[a][1], "resourceVersion": lists[a][0]})
              for _ in range(profile.watch_watchers) for a in APIS for enc in ENCODINGS]
-    budget_s = profile.watch_churn / profile.watch_churn_rate + 2 * profile.watch_settle_timeout_s + profile.watch_window_s
+    budget_s = (profile.watch_churn / profile.watch_churn_rate + 2 * profile.watch_settle_timeout_s
+                + profile.watch_window_s)
     pool = WatchPool(api, timeout_s=int(budget_s) + 300)
     try:
         watchers = pool.start(specs, view=lambda s: lists[s.api][1])

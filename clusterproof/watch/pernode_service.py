@@ -209,7 +209,7 @@ class PerNodeService:
         want = self.expected()
         have: dict[str, bool | None] = {}
         for s in self.slices():
-            for addr, ready, pod in endpoints_of(s)[0]:
+            for _addr, ready, pod in endpoints_of(s)[0]:
                 have[pod] = ready
         wrong = sorted(p for p in set(want) | set(have) if have.get(p, "missing") != want.get(p, "absent"))
         if wrong:
