@@ -281,7 +281,7 @@ def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight,
 def test_checker_passes_on_this_machine(pytestconfig, figures):
     """``--local-gpus``: this machine's GPUs through its own libnvidia-ml (real hardware); without it, a
     healthy simulated machine through the project's mock library (the report says which)."""
-    if pytestconfig.option.local_gpus:
+    if pytestconfig.option.cp_local_gpus:
         env, what = checker_env(None, None), "REAL HARDWARE: this machine's GPUs (--local-gpus)"
         allure.dynamic.tag("real-hardware")
     else:
