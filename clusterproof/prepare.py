@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{c.name} {c.version}: {'cached' if c.is_built() else 'would be built'}")
             if p["history"]:
                 from clusterproof.prometheus import history
-                from clusterproof.prometheus.target import shape_of
+                from clusterproof.prometheus.history import shape_of
                 shape = shape_of(p["profile"])
                 cached = (history.cache_dir(shape) / "history.json").exists()
                 say(f"Prometheus history of {shape.nodes:,} nodes: {'cached' if cached else 'would be built'}")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 say("images for real nodes not built (not root)")
         if p["history"]:
             from clusterproof.prometheus import history
-            from clusterproof.prometheus.target import shape_of
+            from clusterproof.prometheus.history import shape_of
             history.build(shape_of(p["profile"]), progress=say)
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
