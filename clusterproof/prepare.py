@@ -30,7 +30,7 @@ import sys
 
 from clusterproof.cluster import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
-from clusterproof.core.errors import HarnessError
+from clusterproof.core.errors import one_line_main
 
 
 def run_args(argv: list[str]) -> argparse.Namespace:
@@ -59,7 +59,8 @@ def plan(a: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     a = run_args(list(sys.argv[1:] if argv is None else argv))
     say = lambda m: print(f"clusterproof: {m}", flush=True)   # noqa: E731
-    try:
+
+    def body() -> int:
         p = plan(a)
         if a.dry_run:
             for c in p["components"]:
@@ -88,10 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             from clusterproof.prometheus import history
             from clusterproof.prometheus.history import shape_of
             history.build(shape_of(p["profile"]), progress=say)
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+    return one_line_main(body, 2)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ The line never carries a URL's credentials: whatever URL a message quotes (a
 user's, or one inside a library's exception text), its ``user:pass@`` is
 masked here (``clusterproof.core.redact``).
 """
+import sys
+from typing import Callable
+
 from clusterproof.core import redact
 
 
@@ -16,3 +19,12 @@ class HarnessError(Exception):
 
     def __init__(self, message: object = ""):
         super().__init__(redact.text(str(message)))
+
+
+def one_line_main(body: Callable[[], int], code: int) -> int:
+    """A command's body, run: a HarnessError is its one line on stderr (``clusterproof: ...``) and exit ``code``."""
+    try:
+        return body()
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return code

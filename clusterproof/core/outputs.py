@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterproof.core.errors import HarnessError
+from clusterproof.core.errors import HarnessError, one_line_main
 from clusterproof.core.run import RUN_ID
 
 ENV = "CLUSTERPROOF_OUTPUT_DIR"
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m clusterproof.core.outputs run-dir [RUN]`` prints the run's directory (the latest when RUN
     is empty); ``history`` prints the history directory. For the Makefile: one line, or one error line."""
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         if args[:1] == ["run-dir"] and len(args) <= 2:
             print(pick(args[1] if len(args) == 2 else None).dir)
         elif args == ["history"]:
@@ -158,11 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("clusterproof: usage: python -m clusterproof.core.outputs run-dir [RUN] | history", file=sys.stderr)
             return 2
-    except HarnessError as e:
-        print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
-    return 0
-
+        return 0
+    return one_line_main(body, 2)
 
 if __name__ == "__main__":
     sys.exit(main())
