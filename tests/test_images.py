@@ -14,6 +14,7 @@ Debian (about a minute), later runs find the cache.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -211,7 +212,7 @@ def test_checker_image_matches_the_dockerfile(built):
     assert f"{images.SITE_DIR}/pynvml.py" in app_members
     with tarfile.open(fileobj=io.BytesIO(app)) as tf:
         for name in images.PREFLIGHT_FILES:
-            assert tf.extractfile(f"app/preflight/{name}").read() == (ROOT / "preflight" / name).read_bytes()
+            assert tf.extractfile(f"app/preflight/{name}").read() == (images.PREFLIGHT_DIR / name).read_bytes()
     base_members = _members(base)
     assert "usr/bin/python3" in base_members or "usr/bin/python3.11" in base_members
     everything = [*base_members, *app_members]
@@ -253,11 +254,12 @@ def test_checker_build_as_non_root_is_one_line(tmp_path):
     _one_line(_cli("checker", env=env, user=65534), "needs root", "sudo")
 
 
-def test_requirements_without_pin_is_one_line(tmp_path, monkeypatch):
-    req = tmp_path / "requirements.txt"
-    req.write_text("pytest==9.2.0\n")
-    monkeypatch.setattr(images, "REQUIREMENTS", req)
-    with pytest.raises(HarnessError, match="pins no nvidia-ml-py"):
+def test_a_missing_nvidia_ml_py_is_one_line(monkeypatch):
+    """The checker image pins the nvidia-ml-py installed beside the harness (the lock's); none is one line."""
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(images.importlib.metadata, "version", missing)
+    with pytest.raises(HarnessError, match="nvidia-ml-py is not installed"):
         images.nvidia_ml_py_pin()
 
 
