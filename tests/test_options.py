@@ -40,6 +40,6 @@ def test_a_plugin_that_owns_profile_leaves_clusterproof_the_prefixed_name(tmp_pa
     r = _pytest(tmp_path, "-p", "fakeprofiling", "--help")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "--cp-profile=" in r.stdout and "FAKE-PROFILING" in r.stdout
-    assert "--cp-profile=CP_PROFILE, --profile" not in r.stdout
+    assert "--cp-profile=PROFILE, --profile" not in r.stdout
     r = _pytest(tmp_path, "-p", "fakeprofiling", "--profile", "--cp-profile", "smoke", "-q", "test_x.py")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
