@@ -224,7 +224,7 @@ def test_destructive_checks_need_opt_in_on_real_hardware(real, allowed, skipped)
     from clusterproof.fixtures import REAL_HARDWARE
     from clusterproof.fixtures import cluster as cluster_fixtures
     config = types.SimpleNamespace(stash={REAL_HARDWARE: real},
-                                   option=types.SimpleNamespace(allow_destructive=allowed))
+                                   option=types.SimpleNamespace(cp_allow_destructive=allowed))
     harmless, destructive = _Item(False), _Item(True)
     cluster_fixtures.pytest_collection_modifyitems(config, [harmless, destructive])
     assert not harmless.added
