@@ -48,13 +48,13 @@ import allure
 import pytest
 
 from clusterproof.core.run import metadata
+from clusterproof.core.timeparse import duration_s
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import apimetrics
 from clusterproof.kube.client import raw_request
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.prometheus import limits as prom_limits
 from clusterproof.prometheus import slo as promslo
-from clusterproof.prometheus.client import duration_s
 from clusterproof.prometheus.limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
 from clusterproof.prometheus.queries import tiny_timeout_probe
 

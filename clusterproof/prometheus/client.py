@@ -38,10 +38,6 @@ from urllib3.util.retry import Retry
 
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
-
-# Re-exported for config/profile.py, prometheus/target.py and the Prometheus suite, whose owners are moving
-# them; new code imports it from clusterproof.core.timeparse, the one parser of durations.
-from clusterproof.core.timeparse import duration_s as duration_s
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import short_reason
 

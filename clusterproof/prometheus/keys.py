@@ -6,7 +6,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from clusterproof.core.keygroup import KeyGroup, NonNeg, NonNegFloat, Pos
-from clusterproof.prometheus.client import duration_s
+from clusterproof.core.timeparse import duration_s
 
 
 def _prom_duration(v: str) -> str:

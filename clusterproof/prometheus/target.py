@@ -26,9 +26,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from clusterproof.core.timeparse import duration_s
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus import history as prom_history
-from clusterproof.prometheus.client import Prom, check_reachable, duration_s
+from clusterproof.prometheus.client import Prom, check_reachable
 from clusterproof.prometheus.history import History, shape_of
 from clusterproof.prometheus.server import Limits, PromServer, own_directory, scrape_job_from_api, scrape_jobs_from_kwok
 
