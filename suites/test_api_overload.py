@@ -65,6 +65,9 @@ def _names(xs, n: int = SHOW) -> str:
 
 @pytest.mark.smoke
 def test_apf_objects_meet_the_profile_expectations(cluster, apf_config, profile, run_id, figures):
+    """The cluster's FlowSchemas and PriorityLevels are what the profile expects: node heartbeats and the controllers
+    each in a flow schema of their own, the load identity neither exempt nor in a system level, no level queueing
+    deeper than ``apf_max_queue_depth``. Read-only. Red: the message names each object that differs."""
     problems = apf.expectation_problems(apf_config, profile.apf_node_flow_schema, profile.apf_controller_flow_schemas,
                                         f"cp-{run_id[-4:]}-flood", "clusterproof-load", profile.apf_max_queue_depth)
     allure.attach("\n".join(f"{f['spec'].get('matchingPrecedence')}: {f['metadata']['name']} -> "
@@ -78,7 +81,8 @@ def test_apf_objects_meet_the_profile_expectations(cluster, apf_config, profile,
 @pytest.mark.smoke
 def test_system_components_are_classified_into_their_own_flow_schemas(cluster, apf_config, profile, figures):
     """The apiserver's own counters (since it started) show node, scheduler and controller traffic in the
-    flow schemas the profile names -- not in ``exempt``."""
+    flow schemas the profile names -- not in ``exempt``. Red: a flow schema dispatched nothing, its traffic went
+    elsewhere (named)."""
     counts = apf.dispatched(apf.scrape(cluster.api))
     by_fs = {}
     for (fs, pl), n in counts.items():
@@ -118,6 +122,9 @@ def _unprotected(run, flow_name: str) -> str | None:
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
+    """A flood from one identity, far past its level's seats, is shed with 429s that carry ``Retry-After`` and the APF
+    headers of its own FlowSchema and level, and no other level rejects anything. Red: the flood was queued or
+    absorbed instead of rejected, a 429 lacked ``Retry-After``, or a request got a 5xx or no answer."""
     run = flood
     for fig in plots(run, profile):
         fig.attach()
@@ -157,6 +164,9 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile, figures):
+    """During the flood every node Lease that falls due is renewed within its interval plus ``apf_heartbeat_slack_s``,
+    and no node turns NotReady. Red: node heartbeats were not protected from the flood (the lease or the nodes are
+    named)."""
     run = flood
     node = next((f for f in run.config.flow_schemas if f["metadata"]["name"] == profile.apf_node_flow_schema), None)
     flow = f"node heartbeats ({profile.apf_node_flow_schema} -> {run.config.level_of(node) if node else '?'})"
@@ -183,7 +193,8 @@ def test_node_heartbeats_keep_renewing_during_the_flood(flood, profile, figures)
 @pytest.mark.smoke
 def test_controllers_keep_scheduling_during_the_flood(flood, profile, figures):
     """Pods the well-behaved identity creates during the flood are bound by kube-scheduler and started
-    within the pod-startup SLO (by the pods' own timestamps)."""
+    within the pod-startup SLO (by the pods' own timestamps). Red: the flood starved kube-scheduler or
+    kube-controller-manager."""
     run = flood
     flows = ", ".join(profile.apf_controller_flow_schemas)
     why = _unprotected(run, f"kube-scheduler and kube-controller-manager ({flows})")
@@ -204,6 +215,8 @@ def test_controllers_keep_scheduling_during_the_flood(flood, profile, figures):
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile, figures):
+    """A well-behaved identity in a level of its own gets no 429 and no 5xx during the flood, and its mutating p99
+    stays within the SLO. Red: the flood spilled over onto other tenants."""
     run = flood
     fs, pl = run.probe_class
     why = _unprotected(run, f"the well-behaved client ({fs} -> {pl})")
@@ -226,6 +239,9 @@ def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile,
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_clients_that_honour_retry_after_lose_nothing(flood, profile, figures):
+    """Every pod the flood's clients meant to create exists exactly once: a client that honours ``Retry-After`` loses
+    nothing to being shed (one that retries at once is measured beside it). Red: objects were lost, duplicated or
+    given up on (named)."""
     run = flood
     kinds = _flood_kinds(run)
     lines = []
@@ -253,6 +269,8 @@ def test_clients_that_honour_retry_after_lose_nothing(flood, profile, figures):
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile, figures):
+    """After the flood the level's queues drain and the well-behaved client's latency is back at its baseline within
+    ``apf_recovery_s``. Red: the cluster stayed slow after the load stopped."""
     run = flood
     took = None if run.phases.recovered is None else run.phases.recovered - run.phases.flood_end
     base = fm.latency_figures(run.probe_in("baseline"))
@@ -268,7 +286,8 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile, f
 @pytest.mark.destructive
 @pytest.mark.smoke
 def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, profile, figures):
-    """Every registration's response headers name the FlowSchema and level of kubelets' node writes."""
+    """Every registration's response headers name the FlowSchema and level of kubelets' node writes. Red:
+    joining nodes were classified elsewhere (named)."""
     schema = apf_config.schema(profile.apf_node_flow_schema)
     expected = (f"flowschemas/{profile.apf_node_flow_schema} -> "
                 f"prioritylevelconfigurations/{apf_config.level_of(schema)}")
@@ -284,6 +303,9 @@ def test_joining_nodes_are_classified_like_kubelets(join_storm, apf_config, prof
 @pytest.mark.smoke
 @pytest.mark.parametrize("mode", [pytest.param(m, id=m) for m in JOIN_MODES])
 def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile, figures):
+    """While a batch of nodes joins (paced, or all at once as a storm), every one registers and turns Ready within
+    ``apf_join_timeout_s``, no existing node turns NotReady and the apiserver answers no 5xx. Red: the join hurt the
+    nodes already there, or did not complete."""
     run = join_storm[mode]
     f = run.figures()
     allure.attach(json.dumps(f, indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)

@@ -71,6 +71,9 @@ def _names(names) -> str:
 
 @pytest.mark.smoke
 def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile, figures):
+    """At the steady create rate the apiserver's own histogram keeps pod creates within the mutating-call SLO (p99 <=
+    ``slo_mutating_p99_s``). Red: the apiserver (or etcd behind it) is too slow at a rate the cluster should
+    sustain."""
     f, slo = burst["steady"].figures, profile.slo_mutating_p99_s
     server = f["create_latency_server_p99_s"]
     figures.add("create pod p99, apiserver histogram", server, "s", slo, headline=True)
@@ -86,6 +89,9 @@ def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile, figures):
 
 @pytest.mark.smoke
 def test_steady_pod_startup_meets_the_slo(burst, profile, figures):
+    """At the steady create rate pod startup (creationTimestamp -> Ready, by the pods' own timestamps) has p99 <=
+    ``slo_pod_startup_p99_s``, a pod that never ran counting as infinitely slow; pods on real nodes, if any, are
+    held to the same SLO. Red: scheduling or start-up cannot keep up with the steady rate."""
     run, slo = burst["steady"], profile.slo_pod_startup_p99_s
     f = run.figures
     attach(profile, run)
@@ -149,6 +155,8 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float, figures) -> tuple
 
 @pytest.mark.smoke
 def test_every_pod_of_the_burst_is_created(burst, profile, figures):
+    """Every pod of the burst's training jobs is created and seen on the watch. Red: the API server refused or lost
+    creates (locust's errors are in the message)."""
     run = burst["burst"]
     attach(profile, run)
     f = run.figures
@@ -162,6 +170,8 @@ def test_every_pod_of_the_burst_is_created(burst, profile, figures):
 
 @pytest.mark.smoke
 def test_the_burst_gets_no_429_and_no_5xx(burst, figures):
+    """The burst of pod creates gets no 429 and no 5xx from the API server. Red: the burst was throttled or failed
+    server side."""
     f = burst["burst"].figures
     figures.add("429 responses", f["responses_429"], "", 0)
     figures.add("5xx responses", f["responses_5xx"], "", 0)
@@ -172,6 +182,9 @@ def test_the_burst_gets_no_429_and_no_5xx(burst, figures):
 
 @pytest.mark.smoke
 def test_every_job_is_bound_completely_in_time(burst, job, profile, figures):
+    """Each training job of the burst (one check per job) is bound completely within the time ``burst_bind_rate_min``
+    pods/s allows for it and the jobs before it, plus ``burst_bind_slack_s``. Red: the scheduler binds too slowly,
+    or pods of the job were never bound."""
     index, name = job
     run = burst["burst"]
     mine = [p for p in run.pods if p.job == name]

@@ -54,6 +54,8 @@ def _names(nodes: list[str]) -> str:
 
 @pytest.mark.smoke
 def test_every_planned_node_is_registered(pool, nodes_by_pool, profile, figures):
+    """The pool (one check per pool) has exactly the number of nodes the profile plans. Red: nodes are missing (named)
+    or not named by the profile's prefix."""
     present = {n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, [])}
     figures.add("nodes registered", len(present), "nodes", pool.count, "==")
     if len(present) < pool.count:
@@ -70,6 +72,8 @@ def test_every_planned_node_is_registered(pool, nodes_by_pool, profile, figures)
 
 @pytest.mark.smoke
 def test_every_node_is_ready(pool, nodes_by_pool, figures):
+    """Every node of the pool is Ready and free of the node lifecycle taints. Red: the named nodes are not Ready or
+    still tainted."""
     not_ready = [n["metadata"]["name"] for n in nodes_by_pool.get(pool.name, []) if not is_ready(n)]
     figures.add("nodes Ready and schedulable", len(nodes_by_pool.get(pool.name, [])) - len(not_ready), "nodes")
     figures.add("nodes not Ready or still tainted", len(not_ready), "nodes", 0)
@@ -92,6 +96,8 @@ def _shape_errors(node: dict, pool) -> list[str]:
 
 @pytest.mark.smoke
 def test_every_node_has_its_pool_capacity(pool, nodes_by_pool, figures):
+    """Every node of the pool reports the pool's capacity and allocatable (CPU, memory, pods, GPUs, ephemeral storage).
+    Red: the named nodes are misshaped."""
     bad = {}
     for n in nodes_by_pool.get(pool.name, []):
         errs = _shape_errors(n, pool)
@@ -104,6 +110,8 @@ def test_every_node_has_its_pool_capacity(pool, nodes_by_pool, figures):
 
 @pytest.mark.smoke
 def test_every_node_has_its_pool_labels_and_taints(pool, nodes_by_pool, profile, figures):
+    """Every node of the pool carries the pool's labels and exactly its team and preflight taints. Red: a node with a
+    missing or extra taint (named) -- a team node without its taint lets any pod onto the team's GPUs."""
     managed = {profile.team_taint_key, profile.preflight_taint_key}
     want_taints = {(t.key, t.value, t.effect) for t in pool.taints}
     bad = {}
@@ -166,7 +174,10 @@ def _check_slo(window_hist, verbs, scopes, threshold, what, figures):
 
 @pytest.mark.smoke
 def test_mutating_api_calls_meet_the_latency_slo(api_latency_window, profile, cluster, figures):
-    """The window's load is the nodes' bring-up on the embedded cluster: its figures are recorded here
+    """Single-object mutating API calls meet the latency SLO (worst p99 of a verb and resource <=
+    ``slo_mutating_p99_s``) over the window, by the apiserver's own histograms. Red: the slow calls are named.
+
+    The window's load is the nodes' bring-up on the embedded cluster: its figures are recorded here
     (how long the nodes took to come up, and at what rate)."""
     if cluster.bringup is not None:
         figures.extend(cluster.bringup.gather())
@@ -176,4 +187,6 @@ def test_mutating_api_calls_meet_the_latency_slo(api_latency_window, profile, cl
 
 @pytest.mark.smoke
 def test_list_calls_meet_the_latency_slo(api_latency_window, profile, figures):
+    """LIST calls meet the latency SLO (worst p99 of a verb and resource <= ``slo_list_p99_s``) over the same window,
+    by the apiserver's own histograms. Red: the slow resources are named."""
     _check_slo(api_latency_window, ("LIST",), None, profile.slo_list_p99_s, "LIST", figures)

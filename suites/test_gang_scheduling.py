@@ -40,6 +40,9 @@ from clusterproof.gang.backends import probe_once
 @pytest.mark.smoke
 def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, namespace, run_id,
                                                   profile, figures):
+    """A gang that fits is bound completely; a gang one pod larger than the free nodes binds no pod at all, and is
+    bound completely once a node is freed. Red: the scheduler bound part of a gang (named, with its pods) or never
+    bound it."""
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     [fits] = g.create_gangs(api, backend, namespace, run_id, {"fits": n}, dedicated, gpus)
     g.wait_gangs_settled(api, [fits], 1, profile.gang_bind_timeout_s,
@@ -80,6 +83,9 @@ NATIVE_HOLDS_NODES = pytest.mark.xfail(
 @pytest.mark.smoke
 def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace, run_id, profile,
                                          request, figures):
+    """Gangs created at once, one more than fits, settle each bound completely or not at all; the waiting gang holds no
+    node (plain pods take the spare ones) and is admitted once a running gang finishes. Red: a partial gang,
+    capacity held by a waiting gang, or a deadlock."""
     if backend.name == "native":
         request.applymarker(NATIVE_HOLDS_NODES)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
@@ -135,15 +141,14 @@ NATIVE_REHOLDS = pytest.mark.xfail(
 @pytest.mark.smoke
 def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile, request,
                                           figures):
-    """A gang that cannot be completed holds its nodes only until its schedule timeout, then gives them back.
-
-    Deterministic, not a race: the plain pods that must get the nodes are
-    created once the scheduler has said that the gang timed out (a
-    FailedScheduling event "rejected due to timeout" on its members), so they
-    do not compete with pods that waited before. Bounds: the timeout plus 60 s
-    for the scheduler to fire it; then ``gang_bind_timeout_s`` for the plain
-    pods, and ``gang_observe_s`` in which the gang must not take a node back.
-    """
+    """A gang that cannot be completed holds its nodes only until its schedule timeout, then gives them back
+    to plain pods for good. Red: the timeout never fired, or the gang kept (or took back) its nodes."""
+    # Deterministic, not a race: the plain pods that must get the nodes are
+    # created once the scheduler has said that the gang timed out (a
+    # FailedScheduling event "rejected due to timeout" on its members), so they
+    # do not compete with pods that waited before. Bounds: the timeout plus 60 s
+    # for the scheduler to fire it; then ``gang_bind_timeout_s`` for the plain
+    # pods, and ``gang_observe_s`` in which the gang must not take a node back.
     if backend.name == "native":
         request.applymarker(NATIVE_REHOLDS)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
@@ -199,12 +204,12 @@ NATIVE_SCALE = pytest.mark.xfail(
 @pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
 def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request, figures,
                                         gang_probes):
-    """One gang of ``gang_scale_size`` whole-node pods over every pool but preflight (simulated), or over
-    the shared pool (real hardware: a guest's pods never tolerate a team's taint -- the team nodes are the
-    teams', and the cluster's admission may refuse such pods).
+    """One gang of ``gang_scale_size`` whole-node pods is bound completely within ``gang_scale_timeout_s``;
+    its admission latency (last pod created -> all bound) is the headline figure. Red: the gang did not form
+    in time.
 
-    Admission latency (last pod created -> all bound) is the figure; it is
-    reported, not asserted (the bound is ``gang_scale_timeout_s``).
+    Simulated: over every pool but preflight. Real hardware: over the shared pool only (a guest's pods never
+    tolerate a team's taint, and the cluster's admission may refuse such pods).
     """
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
     if backend.name == "native" and size > NATIVE_SCALE_LIMIT:

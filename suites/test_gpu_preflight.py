@@ -102,6 +102,9 @@ def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
 @pytest.mark.smoke
 def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released(
         preflight, cluster, profile, figures):
+    """Every node that joins under preflight is decided within ``preflight_quarantine_timeout_s``: the nodes with an
+    injected GPU fault keep the taint, are cordoned and say why (label, condition, Event), and every healthy node is
+    released. Red: the nodes decided wrongly, late or without their reason are named."""
     run = _simulated(preflight)
     bound = profile.preflight_quarantine_timeout_s
     out = settle_join(cluster.api, run, bound)
@@ -122,9 +125,12 @@ def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_re
 @pytest.mark.smoke
 @pytest.mark.coscheduling
 def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflight, cluster, profile, run_id, figures):
+    """Whole-node workloads waiting for the new nodes (plain pods, a Job, a Coscheduling gang) are bound, and only to
+    nodes that passed preflight. Red: a pod landed on a node still under preflight or failed (named), or never
+    bound."""
     run = _simulated(preflight)
     api, marks, total = cluster.api, run.marks, sum(run.waiting.values())
-    allure.dynamic.parameter("waiting workloads", f"{run.waiting} ({run.gang_note})")
+    allure.dynamic.parameter("waiting workloads", f"{run.waiting} ({run.gang_note})", excluded=True)
     bad = []
     try:
         def bound():
@@ -155,6 +161,9 @@ def test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones(preflig
 @pytest.mark.smoke
 def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(preflight, cluster, profile, namespace,
                                                                            run_id, figures):
+    """More nodes than ``preflight_max_unavailable`` go bad in service at once: each is cordoned and drained within
+    ``preflight_remediation_timeout_s``, never more than the cap are out at once, and no PodDisruptionBudget is
+    broken. Red: the remediation ignored the cap or a budget, or was late (the nodes are named)."""
     run = _simulated(preflight)
     cap, bound = profile.preflight_max_unavailable, profile.preflight_remediation_timeout_s
     out = go_bad_in_service(cluster.api, run, profile, namespace, run_id)
@@ -180,6 +189,9 @@ def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(prefl
 @pytest.mark.destructive  # real hardware: a checker pod takes each idle GPU node whole
 def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight, cluster, profile, namespace,
                                                                        run_id, figures):
+    """The checker, run on every GPU node (a pod per idle node on real hardware, the mock NVML on simulated ones),
+    agrees with the cluster's decisions; the per-GPU table is attached. Red: a node the cluster released fails the
+    checker, or one it holds back passes (named)."""
     run, api, marks = preflight, cluster.api, preflight.marks
     if cluster.simulated:
         nodes = {n: _node(run, n) for n in run.names if _node(run, n) is not None}
@@ -187,7 +199,8 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
                                                   profile.node_gpus)
         allure.dynamic.tag("checker:mock-nvml")
         allure.dynamic.parameter("GPUs checked", "SIMULATED: go-nvml's mock DGX H100 machines through the project's "
-                                 "libnvidia-ml.so.1 (no GPU here); checker pod manifests proven by server-side dry run")
+                                 "libnvidia-ml.so.1 (no GPU here); checker pod manifests proven by server-side dry run",
+                                 excluded=True)
     else:
         if not profile.preflight_image:
             pytest.fail("clusterproof: preflight_image is empty: name an image with this repository's preflight "
@@ -204,7 +217,7 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
         refused = []
         allure.dynamic.tag("checker:real-gpus")
         allure.dynamic.parameter("GPUs checked", f"REAL HARDWARE: a checker pod ({profile.preflight_image}) per idle "
-                                 "GPU node")
+                                 "GPU node", excluded=True)
     rows = gpu_rows(verdicts)
     allure.attach(render_table(rows), "GPU table (one row per GPU)", allure.attachment_type.TEXT)
     allure.attach(table_csv(rows), "GPU table (csv)", allure.attachment_type.CSV)
@@ -251,8 +264,10 @@ def _unpassed_problems(run) -> tuple[list[str], int, int]:
 
 @pytest.mark.smoke
 def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight, figures):
-    """Observational, safe on any cluster. A node caught between two writes of a decision (the label
-    and cordon, then the condition) gets ``SAYS_WHY_S`` to complete it."""
+    """Nodes under preflight run no workload pod, and every node that failed it is tainted or cordoned and
+    says why (label, condition). Observational, safe on any cluster. Red: the pod or the node is named."""
+    # A node caught between two writes of a decision (the label and cordon, then the condition) gets
+    # SAYS_WHY_S to complete it.
     run = preflight
     try:
         bad, under, failed = wait_for(lambda: _unpassed_problems(run), until=lambda r: not r[0],
@@ -267,7 +282,8 @@ def test_nodes_under_preflight_run_no_workload_and_failed_ones_say_why(preflight
 
 @pytest.mark.smoke
 def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight, figures):
-    """The whole module's watch (every pod, every node): checked last, so it covers every check above."""
+    """No workload pod was ever bound to a node that had not passed preflight, by the whole module's watch
+    of every pod and node (checked last, so it covers every check above). Red: each such bind is named."""
     watch = preflight.watch
     watch.check()
     found = watch.violations()
@@ -279,15 +295,16 @@ def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight,
 
 @pytest.mark.smoke
 def test_checker_passes_on_this_machine(pytestconfig, figures):
-    """``--local-gpus``: this machine's GPUs through its own libnvidia-ml (real hardware); without it, a
-    healthy simulated machine through the project's mock library (the report says which)."""
+    """The checker passes on this machine: with ``--local-gpus`` its GPUs through its own libnvidia-ml (real
+    hardware); without it, a healthy simulated machine through the project's mock library (the report says
+    which). Red: this machine fails preflight, with the checker's reasons."""
     if pytestconfig.option.cp_local_gpus:
         env, what = checker_env(None, None), "REAL HARDWARE: this machine's GPUs (--local-gpus)"
         allure.dynamic.tag("real-hardware")
     else:
         env, what = checker_env(None, library_dir()), "SIMULATED: mock NVML library (pass --local-gpus for real GPUs)"
         allure.dynamic.tag("simulated")
-    allure.dynamic.parameter("GPUs checked", what)
+    allure.dynamic.parameter("GPUs checked", what, excluded=True)
     pytestconfig.stash.setdefault(EXTRA_ENV, {})["gpu.local"] = what
     run = run_checker(None, env)
     if run.returncode == 4:

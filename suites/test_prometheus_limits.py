@@ -71,6 +71,9 @@ def flags(prometheus) -> dict[str, str]:
 
 @pytest.mark.smoke
 def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profile, figures):
+    """Prometheus runs with query limits at least as strict as the profile's (``--query.timeout``,
+    ``--query.max-samples``, ``--query.max-concurrency``, read from its own flags). Red: it runs with looser limits,
+    each named with the profile's value."""
     want_t = duration_s(profile.prometheus_query_timeout)
     got_t = duration_s(flags.get("query.timeout", "0"))
     got_s, got_c = int(flags.get("query.max-samples", 0)), int(flags.get("query.max-concurrency", 0))
@@ -97,6 +100,8 @@ def test_prometheus_runs_with_the_profile_query_limits(prometheus, flags, profil
 
 @pytest.mark.smoke
 def test_a_cheap_query_answers(prometheus, figures):
+    """A cheap query (``count(up)``) is answered within the query timeout. Red: Prometheus is down, empty or overloaded
+    before any heavy query ran."""
     a = prometheus.prom.query("count(up)", wait_s=30)
     figures.add("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
     assert a.ok and a.data["result"], f"count(up) was not answered: {a}"
@@ -105,11 +110,13 @@ def test_a_cheap_query_answers(prometheus, figures):
 
 @pytest.mark.smoke
 def test_a_tiny_request_timeout_cuts_a_modest_query(prometheus, profile, figures):
+    """A modest query sent with ``timeout=1ms`` is cut almost at once with a documented deadline error (503 timeout, or
+    422 execution). Red: Prometheus ignores the request's timeout, or cuts it late."""
     q = tiny_timeout_probe()
     a = prometheus.prom.query(q.expr, timeout="1ms", wait_s=30)
     bound = 0.001 + profile.prometheus_timeout_slack_s
     figures.add("cut after", a.elapsed_s, "s", bound)
-    allure.dynamic.parameter("answer", str(a))
+    allure.attach(f"query: {q.expr} (timeout=1ms)\nanswer: {a}", "query and answer", allure.attachment_type.TEXT)
     assert a.deadline, (f"{q.what} with timeout=1ms was not cut with a documented deadline error (503 timeout or "
                         f"422 execution 'deadline exceeded'): {a}")
     assert a.elapsed_s <= bound, f"{q.what} with timeout=1ms was cut only after {a.elapsed_s:.2f} s (> {bound:g} s)"
@@ -129,12 +136,12 @@ def _cut(sent, prometheus, profile, flags, figures) -> None:
     a, limit = sent.answer, prometheus.timeout_s
     bound = limit + profile.prometheus_timeout_slack_s
     figures.add("elapsed", a.elapsed_s, "s", bound)
-    allure.dynamic.parameter("answer", str(a))
-    allure.dynamic.parameter("query", str(sent.query))
+    allure.attach(f"query: {sent.query}\nanswer: {a}", "query and answer", allure.attachment_type.TEXT)
     if prometheus.kind == "existing" and a.ok and a.elapsed_s <= bound:
         # The harness does not size an existing Prometheus' data: a seed query it answers within the limit
         # did not need cutting (reported, not failed).
-        allure.dynamic.parameter("outcome", "answered within the limit (not heavy enough to be cut here)")
+        allure.dynamic.parameter("outcome", "answered within the limit (not heavy enough to be cut here)",
+                                 excluded=True)
         return
     if not a.deadline:
         total, _ = a.samples()
@@ -150,24 +157,29 @@ def _cut(sent, prometheus, profile, flags, figures) -> None:
 @pytest.mark.heavy_query
 @pytest.mark.parametrize("seed", ["histogram-quantile", "long-range"])
 def test_the_seed_query_is_cut_at_the_query_timeout(seed, pathological, prometheus, flags, profile, figures):
+    """Each of the seed's heavy queries (a cluster-wide ``histogram_quantile`` over every bucket, a long range query of
+    it) is cut with a documented error within ``--query.timeout`` plus ``prometheus_timeout_slack_s``. Red: the
+    query ran past the timeout -- what kept killing the seed cluster's Prometheus."""
     _cut(pathological.seed[seed], prometheus, profile, flags, figures)
 
 
 @pytest.mark.heavy_query
 def test_a_request_timeout_cannot_extend_the_query_timeout(pathological, prometheus, flags, profile, figures):
-    """Grafana sends its own ``timeout=``: the server's flag must still win."""
-    allure.dynamic.parameter("requested timeout", pathological.requested_timeout)
+    """A heavy query asking for a longer ``timeout=`` than the server's (Grafana sends its own) is still cut
+    at the server's ``--query.timeout``. Red: a client can lift the server's limit."""
+    allure.dynamic.parameter("requested timeout", pathological.requested_timeout, excluded=True)
     _cut(pathological.request_timeout, prometheus, profile, flags, figures)
 
 
 @pytest.mark.heavy_query
 def test_a_query_over_max_samples_gets_422(pathological, prometheus, flags, profile, figures):
+    """A query that would load more than ``--query.max-samples`` is refused with 422 within the query timeout. Red:
+    Prometheus loaded it anyway (the samples it loaded are in the message)."""
     sent = pathological.max_samples
     a = sent.answer
     bound = prometheus.timeout_s + profile.prometheus_timeout_slack_s
     figures.add("elapsed", a.elapsed_s, "s", bound)
-    allure.dynamic.parameter("answer", str(a))
-    allure.dynamic.parameter("query", str(sent.query))
+    allure.attach(f"query: {sent.query}\nanswer: {a}", "query and answer", allure.attachment_type.TEXT)
     if not a.too_many_samples:
         total, peak = a.samples()
         loaded = (f"; it loaded {peak:,} samples at once ({total:,} read)" if peak else
@@ -182,9 +194,11 @@ def test_a_query_over_max_samples_gets_422(pathological, prometheus, flags, prof
 @pytest.mark.heavy_query
 def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheus, flags, profile, figures):
     """``burst_factor`` x max-concurrency seed quantiles at once: the surplus waits for a slot (Prometheus' own
-    queue-time figure), and every one is still cut. A queued query's deadline starts only once it has parsed,
-    which in Prometheus 3.x itself needs a slot (``NewInstantQuery``/``NewRangeQuery`` queue too, without a
-    deadline): it may wait one running query's timeout first, so the bound here is twice the timeout."""
+    queue-time figure), and every one is still cut, within twice the query timeout. Red: the queries ran at
+    once (no queue), or one was not cut."""
+    # A queued query's deadline starts only once it has parsed, which in Prometheus 3.x itself needs a slot
+    # (NewInstantQuery/NewRangeQuery queue too, without a deadline): it may wait one running query's timeout
+    # first, so the bound here is twice the timeout.
     burst, conc, t = pathological.burst, profile.prometheus_max_concurrency, prometheus.timeout_s
     bound = 2 * t + profile.prometheus_timeout_slack_s
     surplus = len(burst) - conc
@@ -202,7 +216,8 @@ def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheu
                               f"(> 2 x {t:g} s + {profile.prometheus_timeout_slack_s:g} s): queued queries must be "
                               "cut at their deadline too")
     if existing and not any(a.deadline for a in burst):
-        allure.dynamic.parameter("outcome", "every query answered within the limit: too light here to fill the slots")
+        allure.dynamic.parameter("outcome", "every query answered within the limit: too light here to fill the slots",
+                                 excluded=True)
         return
     assert pathological.burst_queue_s is not None, "Prometheus reports no queue_time (its own /metrics)"
     assert pathological.burst_queue_s >= 0.5 * surplus * t, (
@@ -214,6 +229,8 @@ def test_queries_above_max_concurrency_wait_in_the_queue(pathological, prometheu
 
 @pytest.mark.heavy_query
 def test_the_series_api_honours_its_limit(pathological, profile, figures):
+    """``/api/v1/series`` for every histogram bucket with ``limit=`` returns exactly that many series and a 'results
+    truncated' warning: the mitigation for the unbounded series API works. Red: the limit is not honoured."""
     a, n, limit = pathological.series_limited, pathological.series_limited_count, profile.prometheus_series_limit
     figures.add("series returned", n, "series", limit)
     figures.add("elapsed", a.elapsed_s, "s")
@@ -231,6 +248,9 @@ def test_the_series_api_honours_its_limit(pathological, profile, figures):
     "Mitigation: limit= (test_the_series_api_honours_its_limit), "
     "and a timeout in the proxy or client in front of the series API"))
 def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(pathological, prometheus, profile, figures):
+    """A known limitation, measured (strict expected failure): ``/api/v1/series`` for every histogram bucket is bounded
+    by neither the query timeout nor max-samples. It turns red (XPASS) the day a Prometheus release bounds it,
+    asking for the marker to go."""
     u = series_unbounded(prometheus)
     figures.add("series returned", u.series, "series")
     figures.add("answer size", u.answer.nbytes / MIB, "MiB")
@@ -247,6 +267,9 @@ def test_the_series_api_for_every_bucket_is_bounded_by_the_query_limits(patholog
 
 @pytest.mark.heavy_query
 def test_prometheus_memory_stays_bounded_during_the_pathological_queries(pathological, prometheus, profile, figures):
+    """Prometheus' peak RSS during the limited pathological queries stays under what its limits allow
+    (``prometheus_rss_factor`` x idle, plus the samples and series of max-concurrency running queries). Red: the
+    limits do not bound its memory -- the road to the seed's OOM."""
     p = pathological
     bound = limit_bound(p.idle, profile, p.selected_series)
     if p.idle_process:
@@ -265,6 +288,8 @@ def test_prometheus_memory_stays_bounded_during_the_pathological_queries(patholo
 
 @pytest.mark.heavy_query
 def test_prometheus_answers_a_cheap_query_right_after(pathological, prometheus, figures):
+    """Right after the pathological queries, a cheap query is answered within the query timeout. Red: the heavy queries
+    left Prometheus unable to answer."""
     a = pathological.cheap_after
     figures.add("count(up) answered in", a.elapsed_s, "s", prometheus.timeout_s)
     assert a.ok and a.data["result"], f"right after the pathological queries, count(up) was not answered: {a}"
@@ -274,6 +299,8 @@ def test_prometheus_answers_a_cheap_query_right_after(pathological, prometheus, 
 
 @pytest.mark.heavy_query
 def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, prometheus, figures):
+    """Prometheus kept scraping every target on time while the pathological queries ran (no gap of 1.5 scrape intervals
+    in ``up``). Red: the heavy queries starved its scrapes (named by job)."""
     p, prom = pathological, prometheus.prom
     iv = prometheus.scrape_interval_s
     # one more scrape after the window, so that a scrape missed at its very end shows
@@ -311,13 +338,14 @@ def probe_template(name, run_id):
 
 @pytest.mark.smoke
 def test_api_latency_by_promql_matches_the_apiserver_metrics(prometheus, cluster, namespace, run_id, figures):
-    """The API-call SLO figure two ways over the same window: PromQL over what Prometheus scraped
-    (``clusterproof.prometheus.slo``, every replica) and the kube-apiserver's own ``/metrics`` snapshots
-    (``clusterproof.kube.apimetrics``). The window holds ``PROBE_CREATES`` PodTemplate creates in the test's own
-    namespace. Prometheus' window runs from its first scrape after the first snapshot to its first scrape
-    after the second, so the two windows differ by a few seconds at each end: the probe writes a kind no
-    controller writes (a ConfigMap probe once counted 21 against 20 at 7,500 nodes: another client's
-    ConfigMap write fell into one window only), so both count exactly the probe's calls."""
+    """The API-call SLO figure two ways over the same window -- PromQL over what Prometheus scraped and the
+    kube-apiserver's own ``/metrics`` -- counts the same ``PROBE_CREATES`` calls and gives the same p99. Red:
+    the two instruments disagree, so one of them cannot be trusted as a measurement source."""
+    # PromQL: clusterproof.prometheus.slo (every replica); /metrics: clusterproof.kube.apimetrics snapshots.
+    # Prometheus' window runs from its first scrape after the first snapshot to its first scrape after the
+    # second, so the two windows differ by a few seconds at each end: the probe writes a kind no controller
+    # writes (a ConfigMap probe once counted 21 against 20 at 7,500 nodes: another client's ConfigMap write
+    # fell into one window only), so both count exactly the probe's calls.
     prom = prometheus.prom
     wait = 3 * (prometheus.scrape_interval_s or 60) + 10
     if promslo.last_scrape(prom) == 0:

@@ -67,11 +67,13 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
     """Each real node joins under preflight twice: first with a fault injected into its simulated GPUs
     (the checker pod must find it and the node must stay quarantined with its reason), then healthy
     (the checker pod must pass it and the node must be released). The checker runs from
-    ``preflight_image`` as built on this machine, NVML handed in by the node's GPU runtime."""
+    ``preflight_image`` as built on this machine, NVML handed in by the node's GPU runtime. Red: the node
+    and what the checker or the cluster decided are named."""
     marks = Marks.from_profile(profile)
     image = real.images["checker"].digest_ref   # pinned by digest: exactly the image built here
     allure.dynamic.parameter("GPUs checked", f"REAL kubelet and container ({image}); GPUs SIMULATED (mock NVML "
-                             "handed in by the node's GPU runtime, as the NVIDIA container toolkit would)")
+                             "handed in by the node's GPU runtime, as the NVIDIA container toolkit would)",
+                             excluded=True)
     faults = realnodes.faults_file(cluster.kwok.directory)
     rounds, problems, seconds = [], [], []
     try:
@@ -108,7 +110,7 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
         real, cluster, namespace, run_id):
     """A NoExecute taint on a real node: its running container is evicted and really stopped (containerd has
     no task for it any more), and a pod bound to the node without tolerating the taint is refused by the
-    kubelet's own admission (never started)."""
+    kubelet's own admission (never started). Red: the container kept running, or the pod was started."""
     api, rn = cluster.api, real.nodes[0]
     image = real.images["pause"].digest_ref
     victim = realnodes.pod_on("evict-victim", run_id, rn.name, image)
@@ -193,12 +195,13 @@ MIN_RENEWALS = 3
 
 @pytest.mark.smoke
 def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses(real, cluster, figures):
-    """API Priority and Fairness puts every request of a real kubelet into a node flow: ``system-node-high``
-    (its Lease renewals and node status, priority level ``node-high``) or ``system-nodes``, never ``exempt``
-    -- read from the flow schema the API server named in each response to the kubelet. Every Lease renewal
-    and node status write comes from ``system:node:<name>`` (the API server's audit log), and the Lease was
-    renewed all session long (the API overload suite's flood included, which runs before this module) with
-    no gap longer than its duration."""
+    """Every request of a real kubelet is classified into a node flow (``system-node-high`` or
+    ``system-nodes``, never ``exempt``), its Lease and status writes come from its own ``system:node:<name>``,
+    and its Lease was renewed all session long with no gap longer than its duration. Red: the kubelet runs
+    under the wrong identity or flow, or its Lease lapsed."""
+    # The flow: the flow schema the API server named in each response to the kubelet. The identity: the
+    # API server's audit log. "All session long" includes the API overload suite's flood, which runs
+    # before this module.
     schemas = {fs["metadata"]["uid"]: fs["metadata"]["name"] for fs in
                list_raw(cluster.api, "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")["items"]}
     # A short run (this module alone) may have seen one renewal so far: renewals come every 10 s.

@@ -101,6 +101,9 @@ def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:
 @pytest.mark.destructive  # whole-node pods on every free node of the shared pool
 def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolation, namespace, run_id,
                                                                  profile, figures):
+    """``taint_untolerated_pods`` whole-node pods without a team toleration (more than the shared pool holds) land only
+    on untainted nodes, or stay Pending with an untolerated-taint FailedScheduling event. Red: a pod landed on a
+    team or preflight node (named, with the node's taints)."""
     api, n = cluster.api, profile.taint_untolerated_pods
     names = [f"untolerated-{i:05d}" for i in range(n)]
     # An informer, not a LIST per poll: at 3,000 pods polling would cost more than the scheduler.
@@ -155,6 +158,9 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
 @pytest.mark.smoke
 def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster, isolation, team_ns,
                                                                         run_id, profile, figures):
+    """Admission gives each team's pods exactly their team's toleration (never a wildcard), and they land only on their
+    team's or shared nodes; a pod sent to another team's pool stays Pending. Red: a wrong toleration, or a pod on
+    another team's node (named)."""
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     has_shared = "shared" in isolation.pool_of.values()
     unrelated = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
@@ -213,7 +219,7 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
                                                         profile, foreign_mode, figures):
     """``reject``: the create is refused. ``correct``: the pod is created without the toleration
     (and so stays off the other team's nodes). Adding one to a running pod is refused either way
-    (``correct`` also accepts an update that admission strips)."""
+    (``correct`` also accepts an update that admission strips). Red: a foreign toleration got through."""
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team, other = teams[0], (teams[1] if len(teams) > 1 else None)
     sel = lambda pool: {profile.pool_label: pool}  # noqa: E731
@@ -284,6 +290,8 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
 @pytest.mark.destructive  # takes idle team GPU nodes and preempts on them
 def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, isolation, team_ns, namespace,
                                                                     run_id, profile, figures):
+    """Low-priority pods borrow idle nodes of every team and are preempted (with a Preempted event) when the team's own
+    whole-node pods want those nodes back. Red: borrowing did not happen, or a team could not reclaim its nodes."""
     api, rules, teams, k = cluster.api, isolation.rules, list(profile.teams), profile.taint_borrow_nodes
     low = profile.low_priority_class
 
@@ -357,6 +365,9 @@ def _scratch(cluster, profile, run_id, tag, taints=()):
 @pytest.mark.destructive  # taints a node
 def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluster, isolation, team_ns,
                                                                           namespace, run_id, profile, figures):
+    """A NoExecute team taint evicts the running pods that do not tolerate it (TaintManagerEviction) and keeps the one
+    that does; the NoSchedule taint before it disturbs nobody. Red: a pod evicted that should stay, or left running
+    that should have gone."""
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team = teams[0]
     node = _scratch(cluster, profile, run_id, f"evict-{run_id[-4:]}-{namespace[-4:]}")
@@ -432,7 +443,8 @@ def _left_running(kind: str, pod: dict) -> str | None:
 @pytest.mark.smoke
 def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace, run_id, profile, figures):
     """Observational (safe on any cluster): pods that may go only to nodes carrying the preflight
-    taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending."""
+    taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending. Red: a pod got work on a
+    preflight node (named)."""
     api = cluster.api
     nodes = pl.read_nodes(api, profile.pool_label)
     pre = sorted(n for n, i in nodes.items() if i.has_taint(profile.preflight_taint_key))
@@ -468,6 +480,8 @@ def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace,
 @pytest.mark.destructive  # creates (simulated) or taints (real hardware) a node
 def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, isolation, team_ns, namespace,
                                                                       run_id, profile, figures):
+    """A new node behind the preflight taint gets no pod, whoever asks for it (plain, team or low-priority pods), and
+    gets them all once the taint is removed. Red: a pod bound early, or elsewhere after the taint went."""
     api = cluster.api
     preflight = {"key": profile.preflight_taint_key, "value": "pending", "effect": "NoSchedule"}
     node = _scratch(cluster, profile, run_id, f"preflight-{run_id[-4:]}-{namespace[-4:]}", [preflight])

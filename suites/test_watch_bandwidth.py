@@ -77,6 +77,9 @@ def _skip_if_quiet(run) -> None:
 
 
 def test_each_slice_event_carries_one_slice_within_the_endpoint_limit(watch_bandwidth, profile, figures):
+    """No EndpointSlice event a watcher receives carries more endpoints than ``watch_max_endpoints_per_slice``, at
+    every Service size and in both encodings. Red: larger slices, so each change resends more endpoints to every
+    watcher."""
     _skip_if_quiet(watch_bandwidth)
     limit, problems = profile.watch_max_endpoints_per_slice, []
     for s in watch_bandwidth.sizes:
@@ -99,6 +102,8 @@ def test_each_slice_event_carries_one_slice_within_the_endpoint_limit(watch_band
 
 
 def test_only_the_slices_that_changed_are_sent(watch_bandwidth, figures):
+    """An endpoint change sends only the slices it touched: no slice event without a changed endpoint, none changing
+    endpoints the churn never touched. Red: unchanged slices are resent to every watcher."""
     problems = []
     for s in watch_bandwidth.sizes:
         for enc in ENCODINGS:
@@ -115,7 +120,8 @@ def test_only_the_slices_that_changed_are_sent(watch_bandwidth, figures):
 
 
 def test_every_watcher_receives_every_change(watch_bandwidth, profile, figures):
-    """Every watcher caught up with the final LIST (waited for), none was closed early, all got the same events."""
+    """Every watcher caught up with the final LIST (waited for), none was closed early, all got the same events.
+    Red: watchers lost their stream or diverged (counted and named)."""
     problems = []
     for s in watch_bandwidth.sizes:
         for g in s.groups.values():
@@ -130,6 +136,8 @@ def test_every_watcher_receives_every_change(watch_bandwidth, profile, figures):
 
 
 def test_slice_bytes_per_change_stay_within_the_budget(watch_bandwidth, profile, figures):
+    """Each watcher receives at most ``watch_budget_slices`` full slices' worth of bytes per endpoint change, at every
+    Service size and in both encodings. Red: one endpoint change costs each watcher more than the budget."""
     _skip_if_quiet(watch_bandwidth)
     factor, problems = profile.watch_budget_slices, []
     for s in watch_bandwidth.sizes:
@@ -149,6 +157,9 @@ def test_slice_bytes_per_change_stay_within_the_budget(watch_bandwidth, profile,
 
 
 def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, profile, cluster, figures):
+    """The bytes the harness counted on its watchers agree with the apiserver's own ``apiserver_watch_events_sizes``
+    within ``watch_agreement_tolerance``. Red: the two instruments disagree, so the bandwidth figures cannot be
+    trusted."""
     if not watch_bandwidth.target.created:
         pytest.skip("read-only mode: other watchers and other objects' changes are in the apiserver's counters too")
     if not cluster.simulated:
@@ -171,6 +182,8 @@ def test_harness_byte_count_agrees_with_the_apiserver_metrics(watch_bandwidth, p
 
 
 def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annotation(watch_bandwidth, figures):
+    """The v1 Endpoints object lists at most 1,000 addresses, and carries the over-capacity annotation 'truncated'
+    exactly when the Service has more. Red: the truncation or its annotation is wrong."""
     problems = []
     for s in watch_bandwidth.sizes:
         n, note = _endpoints(s), s.endpoints_annotations.get(OVER_CAPACITY)
@@ -189,6 +202,8 @@ def test_endpoints_are_truncated_at_1000_addresses_with_the_over_capacity_annota
 
 
 def test_endpoints_api_answers_with_a_deprecation_warning(watch_bandwidth, figures):
+    """Every v1 Endpoints watch is answered with the deprecation Warning header, and no EndpointSlice watch is. Red:
+    clients of the old API are not told to move."""
     problems = []
     for s in watch_bandwidth.sizes:
         for enc in ENCODINGS:
@@ -205,7 +220,8 @@ def test_endpoints_api_answers_with_a_deprecation_warning(watch_bandwidth, figur
 
 def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwidth, profile, figures):
     """What holds today instead of the 2021 N^2: no Endpoints event carries more than 1,000 addresses,
-    so its size is capped; the Endpoints/EndpointSlice ratio and the projection are reported here."""
+    so its size is capped; the Endpoints/EndpointSlice ratio and the projection are reported here. Red: an
+    Endpoints event grew past the truncation (the cost is N^2 across N watchers again)."""
     run, problems = watch_bandwidth, []
     allure.attach(json.dumps(summary(run, profile), indent=2), "watch bandwidth: every figure",
                   allure.attachment_type.JSON)

@@ -3,8 +3,18 @@
 Why: tests assert, the report explains. An SRE reading the report the next
 morning needs to know what ran where (simulated kwok nodes or real
 hardware, versions, profile, run id), what each check measured against its
-threshold and, for a failure, the events and a cluster summary -- without
-anyone adding report code to a test body. The hooks that call this live in
+threshold (one figures table per check, attached at its end) and, for a
+failure, the events and a cluster summary -- without anyone adding report
+code to a test body. A check's page opens with its own docstring, its
+suite's one sentence and doc page below it.
+
+History: Allure links a check's results across nights by their historyId,
+which allure-pytest computes from the check's full name and every parameter
+not marked ``excluded``. Pytest's own parameters (``[coscheduling]``) must
+stay in it -- they make two checks of one function -- and nothing measured
+or described may enter it: figures are never parameters here, and every
+``allure.dynamic.parameter`` of ours passes ``excluded=True``
+(tests/test_report_page.py holds both). The hooks that call this live in
 ``clusterproof.fixtures.report``; this module is pure (no pytest, no domain).
 Nothing here may mask a test result: report errors are swallowed and noted.
 """
@@ -18,7 +28,7 @@ from typing import Callable
 
 import allure
 
-from clusterproof.core.measurement import Figure
+from clusterproof.core.measurement import BEYOND, WITHIN, Figure
 
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
 # messageRegex match (the regex must match the whole status message, which allure-pytest writes as
@@ -73,10 +83,39 @@ def sentence(item) -> str:
 
 
 def description(item) -> str:
-    """What the check proves: its own docstring, if any, then its suite's module docstring."""
-    parts = [inspect.cleandoc(d) for d in (getattr(getattr(item, "function", None), "__doc__", None),
-                                          getattr(item.module, "__doc__", None)) if d]
-    return "\n\n".join(parts)
+    """What the check proves: its own docstring only (its suite's story is the footer, ``suite_footer``)."""
+    doc = getattr(getattr(item, "function", None), "__doc__", None)
+    return inspect.cleandoc(doc) if doc else ""
+
+
+def suite_of(item) -> str | None:
+    """The suite a check belongs to: ``suites/test_gang_scheduling.py`` -> 'gang_scheduling'; None for a
+    check outside suites/ (a self-test)."""
+    path = Path(str(getattr(item, "path", "") or getattr(item, "fspath", "")))
+    if path.parent.name != "suites" or not path.stem.startswith("test_"):
+        return None
+    return path.stem.removeprefix("test_")
+
+
+def suite_line(item) -> str:
+    """The suite's story in one sentence: the first sentence of its module docstring."""
+    doc = inspect.cleandoc(getattr(getattr(item, "module", None), "__doc__", None) or "")
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    end = first.find(". ")
+    return first[:end + 1] if end >= 0 else first
+
+
+def suite_footer(item) -> str:
+    """The description's footer: the suite's one sentence and its doc page (``docs/suites/<suite>.md``,
+    where the whole story, its figures and its known findings are)."""
+    suite = suite_of(item)
+    if suite is None:
+        return ""
+    line = suite_line(item)
+    return ('<p style="margin: 1em 0 0 0; padding-top: 0.4em; border-top: 1px solid #ddd; color: #666">'
+            f"Suite <b>{html.escape(suite)}</b>" + (f": {_inline(line)}" if line else "")
+            + f" The whole story: <code>docs/suites/{html.escape(suite)}.md</code> in the clusterproof "
+              "repository.</p>")
 
 
 def as_html(text: str) -> str:
@@ -111,9 +150,66 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def show_figure(figure: Figure) -> None:
-    """A figure on its check's own page (passed or failed), beside its threshold."""
-    allure.dynamic.parameter(figure.name, figure.shown())
+# A verdict as the figures table shows it: word, colour.
+_VERDICT = {WITHIN: ("within", "#2e7d32"), BEYOND: ("BEYOND", "#c62828")}
+
+
+def number_shown(value: float | None) -> str:
+    """A value whole, for a reader: 21234 -> '21,234', 0.01234 -> '0.01234', 1234.5 -> '1,234.5'."""
+    if value is None:
+        return "n/a"
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{value:,.1f}"
+    return f"{value:.4g}"
+
+
+def figures_table(figures: list[Figure]) -> str:
+    """A check's figures as one HTML table (figure, value, unit, threshold, verdict), headline figures
+    first and in bold; each value whole. Its data beside it: ``figures_data``."""
+    rows = sorted(figures, key=lambda f: not f.headline)
+    judged = [f for f in rows if f.verdict is not None]
+    beyond = sum(f.verdict == BEYOND for f in judged)
+    head = (f"{len(rows)} figure{'s' if len(rows) != 1 else ''}, {len(judged)} judged against a threshold: "
+            + (f'<b style="color: #c62828">{beyond} beyond</b>' if beyond else "all within")
+            if judged else f"{len(rows)} figure{'s' if len(rows) != 1 else ''}, none judged against a threshold")
+    out = ["<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>",
+           "body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; font-size: 13px; "
+           "margin: 8px; color: #222 }",
+           "table { border-collapse: collapse } th, td { padding: 3px 10px; border-bottom: 1px solid #e0e0e0; "
+           "text-align: left; vertical-align: top }",
+           "th { background: #f3f3f3 } td.n { text-align: right; font-variant-numeric: tabular-nums; "
+           "white-space: nowrap } tr.headline td { font-weight: bold }",
+           "</style></head><body>", f"<p>{head}</p>",
+           "<table><tr><th>figure</th><th>value</th><th>unit</th><th>threshold</th><th>verdict</th></tr>"]
+    for f in rows:
+        threshold = "" if f.threshold is None else f"{html.escape(f.op or '')} {number_shown(f.threshold)}"
+        word, colour = _VERDICT.get(f.verdict, ("not judged" if f.value is not None or f.threshold is None
+                                                else "not measured", "#757575"))
+        out.append(f'<tr class="{"headline" if f.headline else ""}"><td>{html.escape(f.name)}</td>'
+                   f'<td class="n">{number_shown(f.value)}</td><td>{html.escape(f.unit)}</td>'
+                   f'<td class="n">{threshold}</td><td style="color: {colour}">{word}</td></tr>')
+    out.append("</table></body></html>")
+    return "\n".join(out)
+
+
+def figures_data(figures: list[Figure]) -> str:
+    """The figures table's data: each figure as summary.json has it (JSON)."""
+    return json.dumps([f.to_json() for f in sorted(figures, key=lambda f: not f.headline)], indent=1)
+
+
+def attach_figures(figures: list[Figure]) -> None:
+    """A check's figures on its page, once, at its end: the table and its data beside it (nothing for a
+    check that measured nothing). Measured values are never Allure parameters: a parameter enters the
+    result's historyId, which must stay the same from one night to the next."""
+    if not figures:
+        return
+    try:
+        allure.attach(figures_table(figures), "figures", allure.attachment_type.HTML)
+        allure.attach(figures_data(figures), "figures (data)", allure.attachment_type.JSON)
+    except Exception as e:  # the report must never hide the real result
+        allure.attach(f"could not render the figures: {e}", "figures error", allure.attachment_type.TEXT)
 
 
 def plain_failure(excinfo) -> None:
@@ -132,9 +228,13 @@ def name_result(item) -> None:
     allure.dynamic.title(sentence(item))
     # The pytest id, for a reader (or a self-test) who wants the check behind a sentence title.
     allure.dynamic.label("pytest.id", item.name)
-    doc = description(item)
-    if doc:
-        allure.dynamic.description_html(as_html(doc))
+    suite = suite_of(item)
+    if suite is not None:
+        # The Suites tab groups a suite's checks under its one-sentence story.
+        allure.dynamic.suite(f"{suite}: {suite_line(item)}" if suite_line(item) else suite)
+    doc, footer = description(item), suite_footer(item)
+    if doc or footer:
+        allure.dynamic.description_html(as_html(doc) + ("\n" if doc and footer else "") + footer)
 
 
 def attach_cluster_state(summary: Callable[[], str], events: Callable[[], str]) -> None:
