@@ -145,6 +145,16 @@ def allure_results(tmp_path: Path) -> dict[str, dict]:
     return out
 
 
+def allure_figures(tmp_path: Path, result: dict) -> dict[str, dict]:
+    """A result's figures by name (as summary.json has them), from the "figures (data)" attachment beside
+    the check's figures table (``clusterproof.report.allure.attach_figures``)."""
+    import json
+    found = [a for a in result.get("attachments", []) if a["name"] == "figures (data)"]
+    if not found:
+        return {}
+    return {f["name"]: f for f in json.loads((tmp_path / "allure" / found[0]["source"]).read_text())}
+
+
 # Cluster-scoped kinds a run may create (and events about nodes, which live in "default"), looked at by
 # run label; an API the cluster does not serve is skipped.
 RUN_KINDS = (

@@ -36,6 +36,7 @@ from clusterproof.kube.client import list_raw
 from clusterproof.kube.liveness import wait_expired
 from clusterproof.preflight.contract import Marks
 from tests.harness import (
+    allure_figures,
     allure_results,
     assert_one_line,
     background_pytest,
@@ -102,8 +103,8 @@ def test_suite_passes_with_the_reference_agent(cluster, profile, run_id, tmp_pat
     res = allure_results(tmp_path)
     atts = {a["name"] for a in res["test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions"]["attachments"]}
     assert {"GPU table (one row per GPU)", "GPU table (csv)"} <= atts, atts
-    params = {p["name"]: p["value"] for p in res[DECIDED]["parameters"]}
-    assert "time to quarantine, p99" in params and "nodes joined (faulty / healthy)" in params, params
+    figs = allure_figures(tmp_path, res[DECIDED])
+    assert "time to quarantine, p99" in figs and "nodes joined (faulty / healthy)" in figs, figs
     _assert_nothing_left(cluster, profile, run_id, rid)
 
 

@@ -29,6 +29,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw
 from tests import guest
 from tests.harness import (
+    allure_figures,
     allure_results,
     assert_one_line,
     background_pytest,
@@ -78,8 +79,8 @@ def test_watch_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
     res = allure_results(tmp_path)
     atts = {a["name"] for a in res[CAPPED].get("attachments", [])}
     assert any(n.startswith("Watch egress of a per-node Service") for n in atts), atts
-    params = {p["name"] for p in res[BUDGET].get("parameters", [])}
-    assert any(p.startswith("bytes per endpoint change per watcher, protobuf") for p in params), params
+    figs = allure_figures(tmp_path, res[BUDGET])
+    assert any(f.startswith("bytes per endpoint change per watcher, protobuf") for f in figs), figs
     _assert_nothing_left(cluster, rid)
 
 
