@@ -165,7 +165,8 @@ class Figures:
 
 class Recorder:
     """One check's figures: what the ``figures`` fixture hands a check. Each figure goes into the run's
-    store; ``shown`` (the Allure page) is told of each as it is recorded."""
+    store (the check's Allure page reads its table from there when the check ends); ``shown``, if given, is
+    told of each as it is recorded."""
 
     def __init__(self, check: str, store: Figures, shown: Callable[[Figure], None] | None = None) -> None:
         self.check, self.store, self._shown = check, store, shown

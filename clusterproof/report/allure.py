@@ -112,8 +112,7 @@ def suite_footer(item) -> str:
     if suite is None:
         return ""
     line = suite_line(item)
-    return ('<p style="margin: 1em 0 0 0; padding-top: 0.4em; border-top: 1px solid #ddd; color: #666">'
-            f"Suite <b>{html.escape(suite)}</b>" + (f": {_inline(line)}" if line else "")
+    return (f"<p>&#8212; Suite <b>{html.escape(suite)}</b>" + (f": {_inline(line)}" if line else "")
             + f" The whole story: <code>docs/suites/{html.escape(suite)}.md</code> in the clusterproof "
               "repository.</p>")
 
@@ -234,7 +233,8 @@ def name_result(item) -> None:
         allure.dynamic.suite(f"{suite}: {suite_line(item)}" if suite_line(item) else suite)
     doc, footer = description(item), suite_footer(item)
     if doc or footer:
-        allure.dynamic.description_html(as_html(doc) + ("\n" if doc and footer else "") + footer)
+        # Allure's page drops every style (margins too): an empty line sets the footer apart.
+        allure.dynamic.description_html(as_html(doc) + ("\n<br>\n" if doc and footer else "") + footer)
 
 
 def attach_cluster_state(summary: Callable[[], str], events: Callable[[], str]) -> None:
