@@ -159,14 +159,16 @@ def _bringup(files: list[tuple[Path, dict]]) -> str:
     for c in comps:
         rows.append(row(f"{c} CPU through bring-up", lambda d, c=c: (
             _s((d.get("control_plane_cpu_seconds_through_bringup_by_component") or {}).get(c)))))
-    rows.append(row("node lease writes/s (a real kubelet's: 750/s at this size)",
-                    lambda d: _num((d.get("heartbeat") or {}).get("lease_writes_per_second"))))
+    rows.append(row("node lease writes/s (real kubelets at this size)", lambda d: (
+        f"{_num((d.get('heartbeat') or {}).get('lease_writes_per_second'))} "
+        f"({_num((d.get('heartbeat') or {}).get('real_kubelet_lease_writes_per_second'))})")))
     rows.append(row("kube-controller-manager client QPS", lambda d: _num(d.get("kcm_api_qps"))))
     real = sorted({k for d in ds for k, v in (d.get("real_nodes") or {}).items() if not isinstance(v, (dict, list))})
     for k in real:
         rows.append(row(f"real nodes: {k}", lambda d, k=k: _generic_value(k, (d.get("real_nodes") or {}).get(k))))
-    out = [table(["bring-up", *(label(p, d) for p, d in files)], rows), ""]
-    out += [source(p, d) for p, d in files]
+    out = [table(["bring-up", *(label(p, d) for p, d in files)], rows)]
+    for p, d in files:
+        out += ["", source(p, d)]
     meaning = next((d["ready_means"] for d in ds if d.get("ready_means")), None)
     if meaning:
         out += ["", f"Ready means -- {meaning}."]
@@ -235,8 +237,9 @@ def _apf(path: Path, d: dict) -> str:
     flow, hon, imp = f.get("flow") or {}, (f.get("clients") or {}).get("honouring") or {}, \
         (f.get("clients") or {}).get("impatient") or {}
     wb = f.get("well_behaved_client") or {}
-    rejected = sum((f.get("rejected_by_flow_schema") or {}).values())
-    per_s = sum((f.get("rejected_per_second_by_flow_schema") or {}).values())
+    per_s = f.get("rejected_per_second_by_flow_schema") or {}
+    rejected = "; ".join(f"`{k}`: {_num(v)} ({_num(per_s.get(k))}/s)"
+                         for k, v in (f.get("rejected_by_flow_schema") or {}).items()) or "none"
     retry = sorted({int(k) for c in (hon, imp) for k in (c.get("retry_after_s") or {})})
 
     def client(c):
@@ -247,7 +250,7 @@ def _apf(path: Path, d: dict) -> str:
     def p99(phase):
         return _s((wb.get(phase) or {}).get("p99_s"))
     flood_rows = [
-        ["429s (all in the run's own level)", f"{_num(rejected)} ({_num(per_s)}/s)"],
+        [f"429s by flow schema (the run's own: `{flow.get('flow_schema', '?')}`)", rejected],
         ["5xx from the apiserver", _num(sum((f.get("apiserver_5xx") or {}).values()))],
         ["clients that honour Retry-After", client(hon)],
         ["clients that retry at once", client(imp)],
