@@ -528,7 +528,7 @@ def printed(bench_dir: Path, names: list[str] | None = None) -> str:
     unknown = [n for n in names or [] if n not in bl]
     if unknown:
         raise BenchTablesError(f"no bench table named {', '.join(unknown)} (there are: {', '.join(bl)})")
-    return "\n\n".join(f"{OPEN.format(n)}\n{bl[n]}\n{CLOSE.format(n)}" for n in (names or bl))
+    return "\n\n".join(_marked(n, bl[n]) for n in (names or bl))
 
 
 def rewrite(text: str, bl: dict[str, str], where: str = "page") -> str:
@@ -538,8 +538,13 @@ def rewrite(text: str, bl: dict[str, str], where: str = "page") -> str:
         if name not in bl:
             raise BenchTablesError(f"{where}: marker bench-tables: {name} names no bench table "
                                    f"(there are: {', '.join(bl)})")
-        return f"{OPEN.format(name)}\n{bl[name]}\n{CLOSE.format(name)}"
+        return _marked(name, bl[name])
     return _MARKER.sub(sub, text)
+
+
+def _marked(name: str, block: str) -> str:
+    """A block between its markers, blank lines around it (a table must not touch an HTML comment)."""
+    return f"{OPEN.format(name)}\n\n{block}\n\n{CLOSE.format(name)}"
 
 
 def pages(docs_dir: Path) -> list[Path]:
@@ -555,7 +560,7 @@ def stale(docs_dir: Path, bench_dir: Path, index: str = "benchmarks.md") -> list
     for page in pages(docs_dir):
         rel = page.relative_to(docs_dir.parent) if docs_dir.parent in page.parents else page
         for m in _MARKER.finditer(page.read_text()):
-            name, committed = m.group(1), m.group(2).rstrip("\n")
+            name, committed = m.group(1), m.group(2).strip("\n")
             if name not in bl:
                 problems.append(f"{rel}: marker bench-tables: {name} names no bench table (there are: {', '.join(bl)})")
                 continue
