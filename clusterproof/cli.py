@@ -11,6 +11,7 @@
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
     clusterproof architecture            print the map of the tree (docs/architecture.md)
+    clusterproof bench-tables [--write|--check]  the docs' figures tables, from reports/bench/*.json
 
 Each job is the module named below, run as ``python -m``; its own ``--help``
 says the rest. Exit codes are the job's own.
@@ -80,6 +81,45 @@ def _compare(argv: list[str]) -> int:
     return REGRESSION_EXIT if c.regressed else 0
 
 
+def _bench_tables(argv: list[str]) -> int:
+    """``clusterproof bench-tables``: print the docs' figures tables from the bench JSON, or rewrite them."""
+    import argparse
+
+    from clusterproof.report import benchtables
+    checkout = Path(__file__).resolve().parent.parent
+    ap = argparse.ArgumentParser(
+        prog="clusterproof bench-tables",
+        description="The figures tables of docs/ (between <!-- bench-tables: NAME --> markers), printed from "
+                    "reports/bench/*.json. Exit 1 with --check when a committed table is stale.")
+    ap.add_argument("names", nargs="*", help="only these tables (default: every one)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the marked tables in docs/**.md in place")
+    mode.add_argument("--check", action="store_true", help="say which committed tables differ (exit 1)")
+    ap.add_argument("--bench-dir", type=Path, default=checkout / "reports" / "bench")
+    ap.add_argument("--docs-dir", type=Path, default=checkout / "docs")
+    a = ap.parse_args(argv)
+    try:
+        if not a.bench_dir.is_dir():
+            raise benchtables.BenchTablesError(f"no bench figures at {a.bench_dir} (a checkout's reports/bench; "
+                                               f"--bench-dir names another)")
+        if a.write or a.check:
+            if not a.docs_dir.is_dir():
+                raise benchtables.BenchTablesError(f"no docs at {a.docs_dir} (--docs-dir names another)")
+            if a.check:
+                problems = benchtables.stale(a.docs_dir, a.bench_dir)
+                for p in problems:
+                    print(p, file=sys.stderr)
+                return 1 if problems else 0
+            for page in benchtables.write(a.docs_dir, a.bench_dir):
+                print(f"clusterproof: rewrote the tables in {page}", file=sys.stderr)
+            return 0
+        print(benchtables.printed(a.bench_dir, a.names))
+    except benchtables.BenchTablesError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return 4
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -94,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run_module(f"clusterproof.bench.{rest[0]}", rest[1:])
     if job == "compare":
         return _compare(rest)
+    if job == "bench-tables":
+        return _bench_tables(rest)
     if job == "rbac":
         name = "rbac-destructive.yaml" if "--destructive" in rest else "rbac.yaml"
         sys.stdout.write((Path(__file__).resolve().parent / "kube" / name).read_text())

@@ -144,7 +144,7 @@ def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails
 
     # Way one: the same cluster, unchanged -- compared with the first run, nothing regressed. (The
     # suite takes seconds here, so its time's noise is wide: the tolerance is the mechanism's, not
-    # a claim about the figure -- README "Baselines" has the noise of whole runs.)
+    # a claim about the figure -- docs/baselines.md has the noise of whole runs.)
     same = run_pytest(_scale(cluster, profile, f"--baseline={tmp_path / 'first' / 'summary.json'}",
                              "--set=baseline_tolerance_overrides={'time ::': 1000}"), tmp_path / "same")
     assert same.returncode == 0, same.output[-3000:]

@@ -225,7 +225,7 @@ def test_bad_burst_profile_gives_one_readable_line(sets, expected, tmp_path):
 def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, namespace, run_id, tmp_path):
     """The multi-machine path, on loopback: a ``--master`` and two ``--worker`` processes over TCP.
 
-    The README's distributed commands, run as separate processes (not
+    The distributed commands of docs/suites/burst_pod_creation.md, run as separate processes (not
     ``--processes``): every pod is created exactly once across the workers and
     the master's final statistics count all of them.
     """

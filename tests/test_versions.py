@@ -1,5 +1,5 @@
 """Self-tests of the control plane's version as a profile key (pure helpers; the builds themselves
-run in `make upgrade-check`, README "Pre-upgrade validation").
+run in `make upgrade-check`, docs/baselines.md "Pre-upgrade validation").
 
 A 1.35 profile's feature gates must not stop a 1.34 apiserver from starting,
 and a version the module proxy does not serve completely must end the run

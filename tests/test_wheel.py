@@ -170,9 +170,10 @@ def test_a_shipped_check_runs_from_the_installed_package(installed, cluster, pro
     assert run.returncode == 0 and " passed" in run.stdout and "failed" not in run.stdout, out[-4000:]
 
 
-def test_the_readme_section_is_the_example():
-    """README "Write your own check" shows the example's files as they are (cannot drift)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Write your own check"):readme.index("## Why this layout")]
+def test_the_docs_section_is_the_example():
+    """docs/extending.md "Write your own check" shows the example's files as they are (cannot drift)."""
+    page = (ROOT / "docs" / "extending.md").read_text()
+    section = page[page.index("## Write your own check"):page.index("## Why this layout")]
     for name in ("conftest.py", "test_team_pods.py", "team.yaml"):
-        assert (EXAMPLE / name).read_text().rstrip() in section, f"README shows another {name} than {EXAMPLE}"
+        assert (EXAMPLE / name).read_text().rstrip() in section, \
+            f"docs/extending.md shows another {name} than {EXAMPLE}"

@@ -11,7 +11,7 @@ only through ``env:``), and both GitHub Pages steps require .ci/nightly's
 .ci/nightly is exercised with ``make`` replaced by a recorder on PATH: which
 arguments reach the main job (baseline, kubeconfig), that the history is
 carried over, and that the report is built and the main job's status kept
-when the run fails. (The real steps ran as README "Nightly pipeline" says.)
+when the run fails. (The real steps ran as docs/baselines.md "The nightly pipeline" says.)
 """
 from __future__ import annotations
 
