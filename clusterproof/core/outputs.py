@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError, one_line_main
 from clusterproof.core.run import RUN_ID
 
@@ -158,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             print(history())
         else:
             print("clusterproof: usage: python -m clusterproof.core.outputs run-dir [RUN] | history", file=sys.stderr)
-            return 2
+            return exitcodes.USAGE
         return 0
-    return one_line_main(body, 2)
+    return one_line_main(body, exitcodes.USAGE)
 
 if __name__ == "__main__":
     sys.exit(main())
