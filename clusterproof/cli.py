@@ -6,7 +6,7 @@
     clusterproof upgrade [ARGS]          the same profile at two Kubernetes versions, compared
     clusterproof sweep                   remove every embedded cluster a dead run left
     clusterproof toolchain [ARGS]        build the upstream binaries from their Go modules (cached)
-    clusterproof prepare [RUN ARGS]      build only what a run with these arguments uses (make run does)
+    clusterproof prepare [RUN ARGS]      build only what a run with these arguments uses (./proof run does)
     clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness

@@ -1,4 +1,4 @@
-"""Self-tests of what ``make run`` builds before a run (clusterproof.prepare): only what that run uses.
+"""Self-tests of what ``./proof run`` builds before a run (clusterproof.prepare): only what that run uses.
 
 The embedded cluster uses every toolchain component; a run against an existing
 cluster (--kubeconfig) only the mock NVML library (the preflight checker runs

@@ -11,7 +11,7 @@ What it leaves, in the output directory (``clusterproof.core.outputs``): two
 runs, ``out/runs/<id>-from/`` (the FROM run's summary and Allure results) and
 ``out/runs/<id>-to/`` (the TO run: its summary, ``comparison.json`` against
 FROM, its Allure results with the comparison as a result of its own --
-``make report`` builds it, being the latest run -- and ``upgrade.txt``, the
+``./proof report`` builds it, being the latest run -- and ``upgrade.txt``, the
 table for the ticket).
 
 Exit status (the one table: docs/exit-codes.md): TO's run's (1 a check failed
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     (new.dir / "upgrade.txt").write_text(table + "\n")
     print(f"\nupgrade-check {a.old} -> {a.new} (profile {a.profile}): {c['headline']}\n"
           f"exit at {a.old}: {first.returncode}, at {a.new}: {second.returncode}; table: "
-          f"{outputs.shown(new.dir / 'upgrade.txt')}; report: make report RUN={new.run_id} "
-          f"(FROM's: make report RUN={old.run_id})", flush=True)
+          f"{outputs.shown(new.dir / 'upgrade.txt')}; report: ./proof report {new.run_id} "
+          f"(FROM's: ./proof report {old.run_id})", flush=True)
     return second.returncode
 
 
