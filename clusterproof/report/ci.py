@@ -209,9 +209,12 @@ def executor(environ: Mapping[str, str], run_id: str) -> dict:
 
 def session_end(environ: Mapping[str, str], exitstatus: int, state: ReportSession, run: outputs.RunOutputs | None,
                 alluredir: str | None, stopped: str | None = None) -> None:
-    """At the very end of a session: executor.json into the Allure results, the step summary when asked."""
+    """At the very end of a session: executor.json into the Allure results, the step summary when asked.
+    Nothing for a session that wrote no run directory (``--collect-only``: nothing ran)."""
+    if run is None or not run.dir.is_dir():
+        return
     try:
-        if alluredir and run is not None:
+        if alluredir:
             Path(alluredir).mkdir(parents=True, exist_ok=True)
             (Path(alluredir) / "executor.json").write_text(json.dumps(executor(environ, run.run_id), indent=2))
         target = environ.get(STEP_SUMMARY_ENV)
