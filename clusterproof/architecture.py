@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import clusterproof
+from clusterproof.core import exitcodes
 
 DOMAINS = ("core", "config", "kube", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
            "prometheus", "report")
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args:
         print(f"clusterproof: architecture takes no arguments (usage: {COMMAND})", file=sys.stderr)
-        return 4
+        return exitcodes.USAGE
     sys.stdout.write(render())
     return 0
 

@@ -6,7 +6,7 @@
     clusterproof upgrade [ARGS]          the same profile at two Kubernetes versions, compared
     clusterproof sweep                   remove every embedded cluster a dead run left
     clusterproof toolchain [ARGS]        build the upstream binaries from their Go modules (cached)
-    clusterproof prepare [RUN ARGS]      build only what a run with these arguments uses (make run does)
+    clusterproof prepare [RUN ARGS]      build only what a run with these arguments uses (./proof run does)
     clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
@@ -14,13 +14,16 @@
     clusterproof bench-tables [--write|--check]  the docs' figures tables, from reports/bench/*.json
 
 Each job is the module named below, run as ``python -m``; its own ``--help``
-says the rest. Exit codes are the job's own.
+says the rest. Exit codes are the job's own, from the one table (``clusterproof.core.exitcodes``,
+docs/exit-codes.md): 4 bad input, 6 a regression, 8 a set-up job's failed build.
 """
 from __future__ import annotations
 
 import runpy
 import sys
 from pathlib import Path
+
+from clusterproof.core import exitcodes
 
 JOBS = {
     "upgrade": "clusterproof.cluster.upgrade",
@@ -37,7 +40,7 @@ BENCHES = ("apf", "bringup", "burst", "knee", "preflight", "prometheus", "watch_
 
 def _usage(message: str) -> int:
     print(f"clusterproof: {message} (see clusterproof --help)", file=sys.stderr)
-    return 4
+    return exitcodes.USAGE
 
 
 def _run_module(module: str, argv: list[str]) -> int:
@@ -51,13 +54,12 @@ def _run_module(module: str, argv: list[str]) -> int:
 
 def _compare(argv: list[str]) -> int:
     """``clusterproof compare BASELINE CANDIDATE``: the comparison outside a run (tolerances from a profile)."""
-    import argparse
     import json
 
     from clusterproof.config.profile import load_profile
-    from clusterproof.core.errors import HarnessError
+    from clusterproof.core.errors import ArgumentParser, HarnessError
     from clusterproof.report.compare import REGRESSION_EXIT, SummaryError, Tolerance, compare, load, text_table
-    ap = argparse.ArgumentParser(prog="clusterproof compare",
+    ap = ArgumentParser(prog="clusterproof compare",
                                  description="Compare a clusterproof summary with a baseline (exit 6 on a regression).")
     ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
                                      "or a folder of them")
@@ -74,7 +76,7 @@ def _compare(argv: list[str]) -> int:
         c = compare(base, now, Tolerance.of(profile))
     except SummaryError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     print(text_table(c))
     if a.json:
         Path(a.json).write_text(json.dumps(c.to_json(), indent=2))

@@ -4,8 +4,8 @@ Why: ``make run`` used to build every binary (the whole Go toolchain, ~12 min
 cold) and the Prometheus history before any run, also before a run against an
 existing cluster, which uses none of the embedded cluster's binaries. Given the
 run's own arguments, this job builds what that run uses (each once, cached; a
-build prints one line, a failure is one line and exit 2), so a timed run does
-not pay for a build:
+build prints one line, a failure is one line and exit 8 -- a bad profile or
+``--set``: exit 4, before any build), so a timed run does not pay for a build:
 
 - the embedded cluster: every toolchain component (kwok, etcd, the control
   plane at the profile's ``kubernetes_version``, the Coscheduling scheduler,
@@ -30,12 +30,13 @@ import sys
 
 from clusterproof.cluster import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
-from clusterproof.core.errors import one_line_main
+from clusterproof.core import exitcodes
+from clusterproof.core.errors import ArgumentParser, one_line_main
 
 
 def run_args(argv: list[str]) -> argparse.Namespace:
     """The run's arguments that decide what it uses (both spellings, as the plugin takes them)."""
-    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    ap = ArgumentParser(prog="python -m clusterproof.prepare", add_help=False, allow_abbrev=False)
     ap.add_argument("--cp-profile", "--profile", dest="profile", default="smoke")
     ap.add_argument("--cp-set", "--set", dest="cp_set", action="append", default=[])
     ap.add_argument("--cp-kubeconfig", "--kubeconfig", dest="kubeconfig", default=None)
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"clusterproof: {m}", flush=True)   # noqa: E731
 
     def body() -> int:
-        p = plan(a)
+        p = plan(a)     # a bad profile or --set: HarnessError, exit 4 (one_line_main below)
         if a.dry_run:
             for c in p["components"]:
                 say(f"{c.name} {c.version}: {'cached' if c.is_built() else 'would be built'}")
@@ -75,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
                 say("Prometheus history: not used (--prometheus-url)")
             say(f"real nodes' host packages and images: {'used' if p['real_nodes'] else 'not used'}")
             return 0
+        return one_line_main(lambda: build(p), exitcodes.SETUP_FAILED)   # a build failed: 8
+
+    def build(p: dict) -> int:
         toolchain.ensure_many(p["components"], progress=say, jobs=a.jobs)
         if p["real_nodes"]:
             if hostpkgs.main(["--install"]) != 0:
-                return 2
+                return exitcodes.SETUP_FAILED
             if os.geteuid() == 0:
                 from clusterproof.cluster import images
                 for im in images.IMAGES:
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             from clusterproof.prometheus.history import shape_of
             history.build(shape_of(p["profile"]), progress=say)
         return 0
-    return one_line_main(body, 2)
+    return one_line_main(body, exitcodes.USAGE)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,14 @@ real-cluster path. The real-node self-tests start clusters of their own
 (tests/test_real_node_controls.py); ``pytest suites`` (the second half of
 ``make test``) runs the real-node checks on the smoke profile's real node.
 An explicit ``--set real_nodes=N`` still wins (it comes later).
+
+The pytest runs self-tests start (negative controls fail on purpose) do not
+append to the CI's job summary ($GITHUB_STEP_SUMMARY): only this session's own
+verdict goes there, at its end (``clusterproof.report.ci``).
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -19,3 +25,11 @@ def pytest_configure(config: pytest.Config) -> None:
     sets = getattr(config.option, "cp_set", None)
     if sets is not None:
         config.option.cp_set = ["real_nodes=0", *sets]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_job_summary_from_child_runs():
+    saved = os.environ.pop("GITHUB_STEP_SUMMARY", None)
+    yield
+    if saved is not None:   # back before the session ends: its own summary is written then
+        os.environ["GITHUB_STEP_SUMMARY"] = saved

@@ -120,7 +120,7 @@ def test_the_command_line_comparison_exits_6_on_a_regression_and_0_otherwise(tmp
     assert "REGRESSED" in capsys.readouterr().out
     assert json.loads((tmp_path / "c.json").read_text())["regressed"] is True
     assert cli.main(["compare", str(a), str(a)]) == 0
-    assert cli.main(["compare", str(a), str(tmp_path / "nope.json")]) == 2
+    assert cli.main(["compare", str(a), str(tmp_path / "nope.json")]) == 4
     assert "does not exist" in capsys.readouterr().err
 
 

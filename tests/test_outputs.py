@@ -74,7 +74,7 @@ def test_the_makefile_helper_prints_one_path_or_one_line(tmp_path):
     env = {**os.environ, outputs.ENV: str(tmp_path)}
     cmd = [sys.executable, "-m", "clusterproof.core.outputs", "run-dir"]
     none = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert none.returncode == 2 and none.stdout == "" and len(none.stderr.splitlines()) == 1, none.stderr
+    assert none.returncode == 4 and none.stdout == "" and len(none.stderr.splitlines()) == 1, none.stderr
     outputs.mark_latest(outputs.for_run("run-a", tmp_path).create())
     ok = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and ok.stdout.strip() == str(tmp_path / "runs" / "run-a")

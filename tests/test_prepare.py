@@ -1,4 +1,4 @@
-"""Self-tests of what ``make run`` builds before a run (clusterproof.prepare): only what that run uses.
+"""Self-tests of what ``./proof run`` builds before a run (clusterproof.prepare): only what that run uses.
 
 The embedded cluster uses every toolchain component; a run against an existing
 cluster (--kubeconfig) only the mock NVML library (the preflight checker runs
@@ -52,7 +52,7 @@ def test_a_dry_run_on_an_empty_cache_names_what_a_kubeconfig_run_would_build(tmp
 def test_bad_input_is_one_line():
     run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--profile", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "unknown profile" in run.stderr
+    assert run.returncode == 4 and len(run.stderr.splitlines()) == 1 and "unknown profile" in run.stderr
     bad = subprocess.run([sys.executable, "-m", "clusterproof.cluster.toolchain", "--only", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "no toolchain component" in bad.stderr
+    assert bad.returncode == 4 and len(bad.stderr.splitlines()) == 1 and "no toolchain component" in bad.stderr

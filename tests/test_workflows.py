@@ -8,10 +8,11 @@ workflow_dispatch inputs as trusted) are checked here, with broken copies
 too: no ``${{ }}`` inside a ``run:`` script (inputs and secrets reach scripts
 only through ``env:``), and both GitHub Pages steps require .ci/nightly's
 ``pages`` decision (a real cluster's report is published only on opt-in).
-.ci/nightly is exercised with ``make`` replaced by a recorder on PATH: which
+.ci/nightly is exercised with ``./proof`` replaced by a recorder: which
 arguments reach the main job (baseline, kubeconfig), that the history is
-carried over, and that the report is built and the main job's status kept
-when the run fails. (The real steps ran as docs/baselines.md "The nightly pipeline" says.)
+carried over, that the report is built, and that the main job's exit code
+comes out unchanged (1, 4, 6...; 9 only when the run passed and the report
+failed: docs/exit-codes.md). (The real steps ran as docs/baselines.md "The nightly pipeline" says.)
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
 # What .ci/nightly reads from its environment: only what a test gives it (not this machine's).
-NIGHTLY_ENV = ("PROFILE", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT",
+NIGHTLY_ENV = ("PROFILE", "ARGS", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT",
                "CLUSTERPROOF_OUTPUT_DIR")
 
 
@@ -118,31 +119,32 @@ def test_the_nightly_script_publishes_a_real_clusters_report_only_on_opt_in(tmp_
     """.ci/nightly decides before the main job runs; a main job that fails (or never ends) cannot
     change that decision."""
     out = tmp_path / "github_output"
-    status, calls, _ = _nightly(tmp_path, {"run": 2}, PREVIOUS=str(tmp_path / "none"), GITHUB_OUTPUT=str(out),
+    status, calls, _ = _nightly(tmp_path, {"run": 1}, PREVIOUS=str(tmp_path / "none"), GITHUB_OUTPUT=str(out),
                                 **env)
-    assert status == 2 and calls[0][0] == "run"
+    assert status == 1 and calls[0][0] == "run"
     # the decision first; the run's directory (for the upload steps) after the run
     assert out.read_text().splitlines() == [f"pages={pages}", "run=out/runs/night-1"]
 
 
-def _nightly(tmp_path: Path, make_status: dict[str, int], **env: str) -> tuple[int, list[list[str]], Path]:
-    """.ci/nightly in a copy of the repository's script, with ``make`` recording its arguments."""
+def _nightly(tmp_path: Path, status: dict[str, int], **env: str) -> tuple[int, list[list[str]], Path]:
+    """.ci/nightly in a copy of the repository's script, with ``./proof`` recording its arguments (and the
+    PROFILE and ARGS it was given, as ``PROFILE=...``, ``ARGS=...`` after them)."""
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "nightly", repo / ".ci" / "nightly")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "make.log"
-    (bin_dir / "make").write_text(
+    log = tmp_path / "proof.log"
+    (repo / "proof").write_text(
         "#!/usr/bin/env bash\n"
-        f"python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> {log}\n"
+        "python3 -c 'import json,os,sys; e = os.environ.get; "
+        "print(json.dumps(sys.argv[1:] + [\"PROFILE=\" + e(\"PROFILE\", \"\"), \"ARGS=\" + e(\"ARGS\", \"\")]))' "
+        f"\"$@\" >> {log}\n"
         # a run makes its directory and points out/latest at it, as the plugin does (clusterproof.core.outputs)
         "case \"$1\" in run) mkdir -p out/runs/night-1 && ln -sfn runs/night-1 out/latest;; esac\n"
-        f"case \"$1\" in run) exit {make_status.get('run', 0)};; report) exit {make_status.get('report', 0)};; esac\n")
-    (bin_dir / "make").chmod(0o755)
+        f"case \"$1\" in run) exit {status.get('run', 0)};; report) exit {status.get('report', 0)};; esac\n")
+    (repo / "proof").chmod(0o755)
     proc = subprocess.run([str(repo / ".ci" / "nightly")], cwd=repo, capture_output=True, text=True, timeout=60,
                           env={**{k: v for k, v in os.environ.items() if k not in NIGHTLY_ENV},
-                               "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+                               "ARGS": "--from-the-environment", **env})
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc.returncode, calls, repo
 
@@ -154,14 +156,18 @@ def test_the_nightly_script_compares_with_the_last_good_night_and_carries_the_hi
     (prev / "summary.json").write_text("{}")
     status, calls, repo = _nightly(tmp_path, {}, PREVIOUS=str(prev), KUBECONFIG_FILE="/tmp/kc", PROFILE="smoke")
     assert status == 0
-    assert calls[0] == ["run", "PROFILE=smoke", f"ARGS=--baseline {prev}/summary.json --kubeconfig /tmp/kc"]
-    assert calls[1] == ["report"]
+    assert calls[0] == ["run", "--baseline", f"{prev}/summary.json", "--kubeconfig", "/tmp/kc", "PROFILE=smoke",
+                        "ARGS="]
+    assert calls[1][0] == "report" and len(calls[1]) == 3
     assert (repo / "out" / "history" / "history-trend.json").exists()
 
 
-def test_the_nightly_script_builds_the_report_and_keeps_the_status_of_a_failed_night(tmp_path):
-    status, calls, _ = _nightly(tmp_path, {"run": 2}, PREVIOUS=str(tmp_path / "none"))
-    assert status == 2 and [c[0] for c in calls] == ["run", "report"]
+@pytest.mark.parametrize("run,report,expected", [
+    (1, 0, 1), (4, 0, 4), (6, 0, 6), (7, 0, 7), (8, 0, 8),   # the run's own code, unchanged, report built
+    (0, 9, 9),                                               # only the report failed: 9
+    (1, 9, 1),                                               # both: the run's code says more
+])
+def test_the_nightly_script_builds_the_report_and_passes_the_runs_exit_code_through(tmp_path, run, report, expected):
+    status, calls, _ = _nightly(tmp_path, {"run": run, "report": report}, PREVIOUS=str(tmp_path / "none"))
+    assert status == expected and [c[0] for c in calls] == ["run", "report"]
     assert calls[0] == ["run", "PROFILE=nightly", "ARGS="]
-    status, _, _ = _nightly(tmp_path / "again", {"report": 2}, PREVIOUS=str(tmp_path / "none"))
-    assert status == 3

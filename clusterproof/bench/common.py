@@ -33,8 +33,8 @@ import psutil
 from clusterproof import CHECKOUT
 from clusterproof.cluster import backends, toolchain
 from clusterproof.config.profile import Profile, load_profile
-from clusterproof.core import outputs, redact
-from clusterproof.core.errors import HarnessError
+from clusterproof.core import exitcodes, outputs, redact
+from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.measurement import Figure
 from clusterproof.core.run import new_run_id
 from clusterproof.kube import access
@@ -52,7 +52,7 @@ def say(msg: str) -> None:
 def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
     """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>`` in a checkout, else
     ``<output dir>/bench/<out>``); add your own."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--profile", default=default_profile)
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
@@ -61,12 +61,12 @@ def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
 
 
 class Failed(SystemExit):
-    """A bench ends on bad input or a harness error: one line, exit 2."""
+    """A bench ends on bad input or a harness error: one line, exit 4 (clusterproof.core.exitcodes)."""
 
 
 def fail(e: Exception) -> Failed:
     print(f"clusterproof: {e}", file=sys.stderr)
-    return Failed(2)
+    return Failed(exitcodes.USAGE)
 
 
 def load(args) -> Profile:

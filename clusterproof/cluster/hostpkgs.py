@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 
 PACKAGES = {
@@ -95,9 +96,9 @@ def main(argv: list[str]) -> int:
                 return 0
             install()
         require()
-    except HarnessError as e:
+    except HarnessError as e:   # not installed, or apt-get failed: a set-up failure
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 4
+        return exitcodes.SETUP_FAILED
     for p, v in PACKAGES.items():
         print(f"{p:28} {v}")
     return 0

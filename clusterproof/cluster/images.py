@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterproof.cluster import toolchain
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.timeparse import format_time, http_date
@@ -688,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         i = args.index("--import")
         if i + 1 >= len(args):
             print("clusterproof: --import needs a containerd socket path", file=sys.stderr)
-            return 4
+            return exitcodes.USAGE
         address = args[i + 1]
         del args[i:i + 2]
     by_name = {im.name: im for im in IMAGES}
@@ -696,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"clusterproof: unknown argument {unknown[0]!r} (usage: python -m clusterproof.cluster.images "
               f"[pause] [checker] [--import SOCKET])", file=sys.stderr)
-        return 4
+        return exitcodes.USAGE
     try:
         for im in [by_name[a] for a in args] or list(IMAGES):
             t0 = time.monotonic()
@@ -707,9 +708,9 @@ def main(argv: list[str] | None = None) -> int:
             if address:
                 import_into(b, address)
                 print(f"{'':8} imported into {address} (k8s.io): {b.ref}, {b.digest_ref}", flush=True)
-    except HarnessError as e:
+    except HarnessError as e:   # a build or an import failed: a set-up failure
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 4
+        return exitcodes.SETUP_FAILED
     return 0
 
 

@@ -38,6 +38,7 @@ from typing import Callable
 import yaml
 
 from clusterproof.cluster import identities, realnodes, toolchain
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     clear_pid_files,
@@ -369,8 +370,8 @@ def main(argv: list[str]) -> int:
     those whose run is still going (its process alive on this host) and those
     whose run was recorded on another host (said so, one line each)."""
     if argv != ["--sweep-all"]:
-        print("usage: python -m clusterproof.cluster.kwok --sweep-all", file=sys.stderr)
-        return 2
+        print("clusterproof: usage: python -m clusterproof.cluster.kwok --sweep-all", file=sys.stderr)
+        return exitcodes.USAGE
     root = workdir() / "clusters"
     names = [d.name for d in root.iterdir() if d.name.startswith(NAME_PREFIX)] if root.exists() else []
     deleted = 0

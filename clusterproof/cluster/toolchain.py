@@ -449,8 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster needs; ``kubernetes@VERSION`` builds that control-plane version too, ``actionlint`` the workflow
     linter. ``--only a,b`` (or ``--only`` then names): just those. ``--jobs N``: N builds at a time.
     ``--dry-run``: say what would be built, build nothing."""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m clusterproof.cluster.toolchain", usage=USAGE, add_help=True)
+    from clusterproof.core import exitcodes
+    from clusterproof.core.errors import ArgumentParser
+    ap = ArgumentParser(prog="python -m clusterproof.cluster.toolchain", usage=USAGE, add_help=True)
     ap.add_argument("--only", nargs="?", const="", default=None)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--dry-run", action="store_true")
@@ -458,20 +459,24 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if unknown or args.jobs < 1:
         print(f"clusterproof: unknown argument {(unknown or ['--jobs'])[0]!r} (usage: {USAGE})", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     names = [n for part in [args.only or "", *args.names] for n in part.split(",") if n]
     try:
         wanted = [] if args.only is not None else list(COMPONENTS)
         wanted += [named(n) for n in names]
         wanted = list(dict.fromkeys(wanted))
+    except HarnessError as e:   # a name it does not know: 4
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    try:
         if args.dry_run:
             for c in wanted:
                 print(f"{c.name:18} {c.version:9} {'cached' if c.is_built() else 'would be built'}")
             return 0
         ensure_many(wanted, progress=lambda m: print(m, flush=True), jobs=args.jobs)
-    except HarnessError as e:
+    except HarnessError as e:   # a build failed: a set-up failure, 8
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.SETUP_FAILED
     for c in wanted:
         print(f"{c.name:18} {c.version:9} {c.directory}")
     return 0

@@ -11,16 +11,18 @@ What it leaves, in the output directory (``clusterproof.core.outputs``): two
 runs, ``out/runs/<id>-from/`` (the FROM run's summary and Allure results) and
 ``out/runs/<id>-to/`` (the TO run: its summary, ``comparison.json`` against
 FROM, its Allure results with the comparison as a result of its own --
-``make report`` builds it, being the latest run -- and ``upgrade.txt``, the
+``./proof report`` builds it, being the latest run -- and ``upgrade.txt``, the
 table for the ticket).
 
-Exit status: TO's run's (1 a check failed at TO, 6 the checks passed but a
-figure regressed or a check flipped to failing) or 2 for a harness error.
+Exit status (the one table: docs/exit-codes.md): TO's run's (1 a check failed
+at TO, 6 the checks passed but a figure regressed or a check flipped to
+failing); 4 bad input (a version or profile, one line); 8 a version's control
+plane could not be built; a run that ended before it wrote what the next step
+reads (FROM's summary, TO's comparison): that run's own code (4 if it had none).
 A check that fails at FROM only is a finding the table lists, not an error.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -28,8 +30,8 @@ from pathlib import Path
 
 from clusterproof.cluster import toolchain
 from clusterproof.config.profile import load_profile
-from clusterproof.core import outputs
-from clusterproof.core.errors import HarnessError
+from clusterproof.core import exitcodes, outputs
+from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.run import new_run_id
 from clusterproof.report import compare
 
@@ -42,7 +44,7 @@ def pytest_cmd(version: str, profile: str, run: outputs.RunOutputs, extra: list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clusterproof.cluster.upgrade",
+    ap = ArgumentParser(prog="python -m clusterproof.cluster.upgrade",
                                  description="Run PROFILE at FROM, then at TO compared with FROM.")
     ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.34.4")
     ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.35.4")
@@ -54,11 +56,15 @@ def main(argv: list[str] | None = None) -> int:
             load_profile(a.profile, [f"kubernetes_version={v}"])   # a bad version or profile: one line, now
         if a.old == a.new:
             raise HarnessError(f"FROM and TO are both {a.old}: name two versions (e.g. FROM=v1.34.4 TO=v1.35.4)")
+    except HarnessError as e:
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    try:
         for v in (a.old, a.new):   # both builds first: a version the proxy lacks ends it before any run
             toolchain.ensure(toolchain.kubernetes(v), progress=lambda m: print(m, flush=True))
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.SETUP_FAILED
     job = new_run_id()
     old, new = outputs.for_run(f"{job}-from"), outputs.for_run(f"{job}-to")
     old_summary = old.summary
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not old_summary.exists():
         print(f"clusterproof: the run at {a.old} ended (exit {first.returncode}) before it wrote a summary: "
               "see its output above", file=sys.stderr)
-        return 2
+        return first.returncode or exitcodes.USAGE
     print(f"upgrade-check 2/2: profile {a.profile} on Kubernetes {a.new}, compared with {a.old} "
           f"(outputs: {new.shown()})", flush=True)
     second = subprocess.run(pytest_cmd(a.new, a.profile, new, [f"--baseline={old_summary}", *a.extra]), cwd=ROOT)
@@ -75,14 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     if not comparison.exists():
         print(f"clusterproof: the run at {a.new} ended (exit {second.returncode}) before it compared: "
               "see its output above", file=sys.stderr)
-        return 2
+        return second.returncode or exitcodes.USAGE
     c = json.loads(comparison.read_text())
     table = compare.text_table(compare.Comparison.from_json(c))
     (new.dir / "upgrade.txt").write_text(table + "\n")
     print(f"\nupgrade-check {a.old} -> {a.new} (profile {a.profile}): {c['headline']}\n"
           f"exit at {a.old}: {first.returncode}, at {a.new}: {second.returncode}; table: "
-          f"{outputs.shown(new.dir / 'upgrade.txt')}; report: make report RUN={new.run_id} "
-          f"(FROM's: make report RUN={old.run_id})", flush=True)
+          f"{outputs.shown(new.dir / 'upgrade.txt')}; report: ./proof report {new.run_id} "
+          f"(FROM's: ./proof report {old.run_id})", flush=True)
     return second.returncode
 
 

@@ -8,16 +8,18 @@ Now every run writes under its own run id::
     out/                        the output directory (--cp-output-dir, $CLUSTERPROOF_OUTPUT_DIR; default ./out)
       runs/<run id>/            one run: nothing else writes here
         allure-results/         Allure's raw results (unless --alluredir names another place)
+        junit.xml               JUnit XML of every check (unless --junitxml names another place)
         summary.json            the run's checks and figures (a run of the suites)
         comparison.json         against --baseline, when given
-        html/                   the report ``make report`` built from this run
+        html/                   the report ``./proof report`` built from this run
         upgrade.txt             the upgrade check's table (the TO run of ``make upgrade-check``)
       latest -> runs/<run id>   the run that started last (a symlink, replaced atomically)
-      history/                  Allure's trend history, carried from one ``make report`` to the next
+      history/                  Allure's trend history, carried from one ``./proof report`` to the next
+      pytest-cache/             pytest's cache (--lf, --ff): pytest.ini's cache_dir, set by the plugin
       bench/                    bench JSON when clusterproof is installed, not run from a checkout
 
-Pure (no pytest import): the plugin, the upgrade job, the benches and the
-Makefile (``python -m clusterproof.core.outputs``) share it.
+Pure (no pytest import): the plugin, the upgrade job, the benches and
+``./proof report`` (``python -m clusterproof.core.outputs``) share it.
 """
 from __future__ import annotations
 
@@ -27,12 +29,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError, one_line_main
 from clusterproof.core.run import RUN_ID
 
 ENV = "CLUSTERPROOF_OUTPUT_DIR"
 DEFAULT = "out"
 LATEST = "latest"
+# pytest.ini: ``cache_dir = ${CLUSTERPROOF_PYTEST_CACHE}``; the plugin sets it to ``pytest_cache()`` first.
+PYTEST_CACHE_ENV = "CLUSTERPROOF_PYTEST_CACHE"
 
 
 def root(explicit: str | os.PathLike | None = None) -> Path:
@@ -57,6 +62,10 @@ class RunOutputs:
     @property
     def summary(self) -> Path:
         return self.dir / "summary.json"
+
+    @property
+    def junit(self) -> Path:
+        return self.dir / "junit.xml"
 
     @property
     def comparison(self) -> Path:
@@ -119,7 +128,7 @@ def latest(base: str | os.PathLike | None = None) -> RunOutputs:
             return RunOutputs(b, run_id)
     found = runs(b)
     if not found:
-        raise HarnessError(f"no run in {shown(b)}/runs: run the suites first (make run), or name the output "
+        raise HarnessError(f"no run in {shown(b)}/runs: run the suites first (./proof run), or name the output "
                            f"directory (--cp-output-dir, ${ENV})")
     return RunOutputs(b, found[-1])
 
@@ -134,6 +143,11 @@ def pick(run_id: str | None = None, base: str | os.PathLike | None = None) -> Ru
         raise HarnessError(f"no run {run_id} in {shown(run.base)}/runs"
                            + (f" (the newest: {', '.join(reversed(known))})" if known else " (no run there yet)"))
     return run
+
+
+def pytest_cache(base: str | os.PathLike | None = None) -> Path:
+    """pytest's cache directory (``--lf``, ``--ff``): shared by the runs of one output directory."""
+    return root(base) / "pytest-cache"
 
 
 def history(base: str | os.PathLike | None = None) -> Path:
@@ -158,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             print(history())
         else:
             print("clusterproof: usage: python -m clusterproof.core.outputs run-dir [RUN] | history", file=sys.stderr)
-            return 2
+            return exitcodes.USAGE
         return 0
-    return one_line_main(body, 2)
+    return one_line_main(body, exitcodes.USAGE)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -386,11 +386,11 @@ def team_bindings(team_namespaces: list[str]) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     from clusterproof.config.profile import load_profile
+    from clusterproof.core import exitcodes
+    from clusterproof.core.errors import ArgumentParser
     from clusterproof.core.keygroup import parse_team_namespaces
-    p = argparse.ArgumentParser(prog="python -m clusterproof.kube.access")
+    p = ArgumentParser(prog="python -m clusterproof.kube.access")
     sub = p.add_subparsers(dest="cmd", required=True)
     tb = sub.add_parser("team-bindings", help="RoleBindings for the profile's team_namespaces (kubectl apply -f -)")
     tb.add_argument("--profile", default="nightly")
@@ -399,7 +399,7 @@ def main(argv: list[str]) -> int:
         profile = load_profile(args.profile, [])
     except HarnessError as e:
         print(f"ERROR: clusterproof: {e}", file=sys.stderr)
-        return 4
+        return exitcodes.USAGE
     namespaces = list(parse_team_namespaces(profile.team_namespaces).values())
     if not namespaces:
         print(f"# profile {profile.name} names no team_namespaces: nothing to bind", file=sys.stderr)

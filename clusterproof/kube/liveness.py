@@ -57,6 +57,7 @@ from typing import Callable
 
 from kubernetes import client
 
+from clusterproof.core import exitcodes
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.timeparse import MICRO, format_time, http_date, parse_time
 from clusterproof.core.waiting import wait_for
@@ -66,10 +67,9 @@ LEASES = "/apis/coordination.k8s.io/v1"
 LEASE_PREFIX = "clusterproof-run-"
 # Slack for the 1 s resolution of the Date header on both sides of a comparison.
 CLOCK_SLACK_S = 2.0
-# The exit status of a run that lost its Lease. pytest uses 0-5, this project 4 (one-line user or
-# harness error before any test) and 6 (baseline regression); 7 says: stopped mid-run, nothing
-# after the loss was checked, and objects may have been swept.
-LIVENESS_EXIT = 7
+# The exit status of a run that lost its Lease (7, clusterproof.core.exitcodes): stopped mid-run,
+# nothing after the loss was checked, and objects may have been swept.
+LIVENESS_EXIT = exitcodes.LEASE_LOST
 LOST = "clusterproof: liveness lost"
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
 

@@ -49,6 +49,7 @@ from urllib.parse import urlparse
 
 from kubernetes import client
 
+from clusterproof.core.errors import ArgumentParser
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.kube.apicalls import Recorder
 from clusterproof.kube.client import list_raw, load_client, raw_request
@@ -358,7 +359,7 @@ class Agent:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m clusterproof.preflight.agent")
+    p = ArgumentParser(prog="python -m clusterproof.preflight.agent")   # bad arguments: one line, exit 4
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--scope", required=True, help="label selector of the nodes the agent acts on")
     p.add_argument("--run-id", required=True, help="label put on the Events it creates")

@@ -349,19 +349,25 @@ def link_into(history: History, data_dir: Path) -> None:
 def main(argv: list[str]) -> int:
     """``python -m clusterproof.prometheus.history --profile nightly [--set key=value ...]``: build (or find) the
     profile's history ahead of a run, e.g. before a timed nightly job."""
-    import argparse
     import sys
 
     from clusterproof.config.profile import load_profile
-    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    from clusterproof.core import exitcodes
+    from clusterproof.core.errors import ArgumentParser
+    ap = ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     args = ap.parse_args(argv)
     try:
-        h = build(shape_of(load_profile(args.profile, args.overrides)), progress=lambda m: print(m, flush=True))
-    except HarnessError as e:
+        shape = shape_of(load_profile(args.profile, args.overrides))
+    except HarnessError as e:   # a bad profile or --set: 4
         print(f"clusterproof: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
+    try:
+        h = build(shape, progress=lambda m: print(m, flush=True))
+    except HarnessError as e:   # the build failed: a set-up failure, 8
+        print(f"clusterproof: {e}", file=sys.stderr)
+        return exitcodes.SETUP_FAILED
     print(f"{h.shape.nodes:,}-node history: {h.series:,} series ({h.bucket_series:,} buckets), {h.samples:,} samples, "
           f"{len(h.blocks())} blocks in {h.directory} ({'cached' if h.cached else f'built in {h.build_s:.0f} s'})")
     return 0

@@ -28,10 +28,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from clusterproof.core import exitcodes
 from clusterproof.core.measurement import Figure
 
 SCHEMA = "clusterproof.summary/v1"
-REGRESSION_EXIT = 6   # pytest uses 0-5; 6: the checks passed but the run regressed against its baseline
+REGRESSION_EXIT = exitcodes.REGRESSION   # 6: the checks passed but the run regressed against its baseline
 BAD = ("failed", "error", "xpassed")
 
 
