@@ -41,7 +41,7 @@ from clusterproof.kube import access
 from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.prometheus.server import sweep_abandoned
 
-# The committed figures the README quotes (reports/bench/) in a checkout; the output directory otherwise.
+# The committed figures docs/benchmarks.md tabulates (reports/bench/) in a checkout; the output directory otherwise.
 OUT_DIR = outputs.bench_dir(CHECKOUT)
 
 

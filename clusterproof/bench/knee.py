@@ -8,7 +8,7 @@ records, from the apiserver's own histogram and the pods' own
 timestamps, pod-create p99 and pod-startup p99 (the watch-observed startup
 and locust's client-side figures beside them). The knee is the highest rate
 at which both SLOs hold (mutating calls p99 <= 1 s, pod startup p99 <= 5 s);
-the nightly profile's ``burst_steady_rate`` is chosen below it (README).
+the nightly profile's ``burst_steady_rate`` is chosen below it (docs/suites/burst_pod_creation.md).
 
     python -m clusterproof.bench.knee [--profile nightly] [--rates 10,20,40] [--seconds 30] [--kubeconfig PATH]
 

@@ -8,7 +8,7 @@ test module: any 5xx fails the module, naming verb, resource and count; the
 429s are reported per flow schema (an attachment of the module), because
 shedding load with 429 is APF doing its job, not a defect.
 
-Not errors by definition (measured: healthy smoke runs of every suite; README
+Not errors by definition (measured: healthy smoke runs of every suite; docs/verdicts.md
 "The seed's alert signal"): one, each with its reason in ``NOT_ERRORS``.
 Anything else stays an error until it is shown to be normal operation.
 

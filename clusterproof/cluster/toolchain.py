@@ -6,7 +6,7 @@ published module. Builds are cached by component and version under
 ``$CLUSTERPROOF_CACHE`` (default ``~/.cache/clusterproof``): only the first run
 pays; a second run finds the binaries and builds nothing.
 
-Version choice (see README "Toolchain"): the newest Coscheduling release the
+Version choice (see docs/toolchain.md): the newest Coscheduling release the
 module proxy serves is scheduler-plugins v0.34.7 (Kubernetes 1.34 libraries).
 The version-skew policy lets a scheduler be one minor older than the
 apiserver, so the control plane is Kubernetes 1.35 -- the newest minor that

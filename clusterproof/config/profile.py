@@ -9,7 +9,7 @@ Why assembled: each domain declares its own keys, a ``KeyGroup`` (``clusterproof
 named ``KEYS`` in ``clusterproof/<domain>/keys.py``, with the rules between them; the profile
 model is the union of the groups found there (the cluster's first), so a new suite brings its
 domain and its keys and edits nothing here. This module imports no domain: it finds the groups
-by that convention. A team's own suite adds groups in one of two ways (README "Write your own
+by that convention. A team's own suite adds groups in one of two ways (docs/extending.md "Write your own
 check"):
 
 - a hook in its ``conftest.py`` or plugin, ``pytest_clusterproof_profile_keys()``, returning a

@@ -343,8 +343,7 @@ def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, 
         teams = (" and the team bindings (python -m clusterproof.kube.access team-bindings --profile ...)"
                  if team_namespaces else "")
         raise HarnessError(f"{whoami(api)} may not {'; '.join(gaps)}: the harness runs as ServiceAccount "
-                           f"{HOME}/{SERVICE_ACCOUNT} with {files}{teams} applied; see README "
-                           "'Pointing it at a real cluster'")
+                           f"{HOME}/{SERVICE_ACCOUNT} with {files}{teams} applied; see docs/real-cluster.md")
     return manifest
 
 

@@ -4,7 +4,7 @@ Pure (no cluster): the watch-bandwidth measurement (``clusterproof.watch.measure
 hands over what each watcher received; the suite's checks and the benchmark
 read the figures computed here.
 
-Definitions (README "Watch bandwidth"):
+Definitions (docs/suites/watch_bandwidth.md):
 
 - an **endpoint change** is one endpoint added, removed, or whose conditions
   changed, as the events themselves record it (each event compared with the
