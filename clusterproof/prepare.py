@@ -30,6 +30,7 @@ import sys
 
 from clusterproof.cluster import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
+from clusterproof.core import progress
 from clusterproof.core.errors import one_line_main
 
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 say("Prometheus history: not used (--prometheus-url)")
             say(f"real nodes' host packages and images: {'used' if p['real_nodes'] else 'not used'}")
             return 0
+        progress.to_terminal()   # the builds' heartbeats (a first build takes minutes), timestamped, on stderr
         toolchain.ensure_many(p["components"], progress=say, jobs=a.jobs)
         if p["real_nodes"]:
             if hostpkgs.main(["--install"]) != 0:

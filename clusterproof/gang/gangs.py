@@ -325,7 +325,8 @@ def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
         wait_for(lambda: [m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
                           for m in msgs if TIMED_OUT in m],
                  timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
-                                                   f"(a FailedScheduling event '{TIMED_OUT}')")
+                                                   f"(a FailedScheduling event '{TIMED_OUT}')",
+                 describe=lambda found: found[0] if found else "no such event yet")
 
 
 def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:
