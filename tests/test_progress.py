@@ -219,3 +219,35 @@ def test_each_checks_log_in_the_report_carries_its_own_timestamped_lines_and_its
     assert re.search(stamp + r"second check: its own line$", two, re.M), two
     [step] = [s for s in first.get("steps", []) if s["name"] == "create 3 widgets"]
     assert step["status"] == "passed" and step["stop"] - step["start"] >= 1000, step   # ms: 25 polls x 50 ms
+
+
+def test_the_checkouts_pytest_ini_and_the_plugins_defaults_say_the_same():
+    """pytest.ini (the checkout) and the plugin (an installed run, no pytest.ini) show the same lines."""
+    import configparser
+    from types import SimpleNamespace
+
+    from clusterproof.fixtures.cluster import live_log_defaults
+    from tests.harness import ROOT
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "pytest.ini")
+    p = ini["pytest"]
+    assert p["log_cli"] == "true" and p["log_cli_level"] == "INFO"
+    assert (p["log_cli_format"], p["log_cli_date_format"]) == (progress.FORMAT, progress.DATE_FORMAT)
+    assert (p["log_format"], p["log_date_format"]) == (progress.FORMAT, progress.REPORT_DATE_FORMAT)
+
+    def config(inicfg=(), override=None, level=None):
+        names = ("log_cli_format", "log_cli_date_format", "log_format", "log_date_format")
+        return SimpleNamespace(inicfg=dict.fromkeys(inicfg, "x"), option=SimpleNamespace(
+            override_ini=override, log_cli_level=level, **dict.fromkeys(names)))
+    bare = config()
+    live_log_defaults(bare)
+    assert bare.option.log_cli_level == "INFO" and bare.option.log_cli_format == progress.FORMAT
+    assert bare.option.log_date_format == progress.REPORT_DATE_FORMAT
+    # Negative controls: what the user's configuration says is left alone.
+    for said in (config(inicfg=["log_cli"]), config(override=["log_cli=false"]), config(level="WARNING")):
+        before = said.option.log_cli_level
+        live_log_defaults(said)
+        assert said.option.log_cli_level == before
+    fmt = config(inicfg=["log_format"])
+    live_log_defaults(fmt)
+    assert fmt.option.log_format is None and fmt.option.log_cli_format == progress.FORMAT

@@ -44,9 +44,11 @@ from clusterproof.core import redact
 ROOT = "clusterproof"            # the logger hierarchy: clusterproof.<domain>
 HEARTBEAT_S = 30.0               # a long wait says how far along it is at least this often (lowered by self-tests)
 WIDTH = 200                      # a state shown in a heartbeat line is cut to this many characters
-# The commands' line (pytest.ini's log_cli_format and log_format say the same).
+# A line: the commands', pytest's live log and each check's log in the report (pytest.ini's log_cli_format and
+# log_format say the same; the plugin sets them where no pytest.ini does). The report's log carries the date.
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
+REPORT_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 logging.getLogger(ROOT).setLevel(logging.INFO)   # our lines reach the handlers whatever the root level
 
