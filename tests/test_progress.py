@@ -217,8 +217,26 @@ def test_each_checks_log_in_the_report_carries_its_own_timestamped_lines_and_its
     assert re.search(stamp + r"waiting for 25 widgets: \d+ s of 30 s", one, re.M), one
     assert "second check" not in one and "first check" not in two, two
     assert re.search(stamp + r"second check: its own line$", two, re.M), two
+    # A library's warnings: in the check's log, not in the terminal (its errors in both).
+    three = log_of(results["test_third_check_where_a_library_warns"])
+    assert three.count("Connection pool is full") == 3 and "WARNING urllib3.connectionpool" in three, three
+    assert "Connection pool is full" not in run.output, run.output[-3000:]
+    assert re.search(r"^\d\d:\d\d:\d\d ERROR urllib3\.connectionpool: a library's error", run.output, re.M)
+    assert re.search(live + r"third check: its own line$", run.output, re.M), run.output[-3000:]
     [step] = [s for s in first.get("steps", []) if s["name"] == "create 3 widgets"]
     assert step["status"] == "passed" and step["stop"] - step["start"] >= 1000, step   # ms: 25 polls x 50 ms
+
+
+def test_the_live_log_shows_our_lines_and_a_librarys_errors_only():
+    def record(name, level):
+        return logging.LogRecord(name, level, __file__, 1, "m", None, None)
+    own = progress.OwnLines()
+    assert own.filter(record("clusterproof", logging.INFO)) and own.filter(record("clusterproof.gang", logging.INFO))
+    assert own.filter(record("urllib3.connectionpool", logging.ERROR))
+    # Negative controls: a library's warning and info, and a name that only starts like ours.
+    assert not own.filter(record("urllib3.connectionpool", logging.WARNING))
+    assert not own.filter(record("kubernetes.client.rest", logging.INFO))
+    assert not own.filter(record("clusterproofish", logging.INFO))
 
 
 def test_the_checkouts_pytest_ini_and_the_plugins_defaults_say_the_same():
@@ -251,3 +269,11 @@ def test_the_checkouts_pytest_ini_and_the_plugins_defaults_say_the_same():
     fmt = config(inicfg=["log_format"])
     live_log_defaults(fmt)
     assert fmt.option.log_format is None and fmt.option.log_cli_format == progress.FORMAT
+
+
+def test_negative_control_a_level_the_user_asks_for_shows_a_librarys_warnings(tmp_path):
+    """The absence asserted above is the filter's doing: at a level the user asks for, the same run shows them."""
+    run = run_pytest(["tests/data/progress_run.py", "-p", "no:randomly", "-k", "library",
+                      "--log-cli-level", "WARNING"], tmp_path, timeout=120)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.output.count("Connection pool is full") == 3, run.output[-3000:]

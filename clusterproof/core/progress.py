@@ -23,7 +23,8 @@ for and how far along it is at least every ``HEARTBEAT_S`` seconds.
   informer's windows, locust runs and builds use it.
 - ``to_terminal()``: for the commands (benches, ``clusterproof prepare``):
   timestamped lines on stderr. Under pytest, ``pytest.ini``'s ``log_cli``
-  lines do that.
+  lines do that, through ``OwnLines`` (the harness's lines; a library's
+  only from ERROR up -- the rest stays in the check's log in the report).
 
 No pytest here; nothing is logged that ``core.redact`` would not let through
 (states and messages are redacted before they are shown).
@@ -79,6 +80,15 @@ def caller_logger(depth: int = 1) -> logging.Logger:
 def say(msg: str) -> None:
     """One progress line (INFO) on the domain logger of the module that says it."""
     caller_logger(1).info(msg)
+
+
+class OwnLines(logging.Filter):
+    """The live log's filter: the harness's own lines, and a library's only from ERROR up. A library's
+    warnings (urllib3's "Connection pool is full" 30 times in a second of a node-join storm) stay in each
+    check's captured log in the report, not in the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == ROOT or record.name.startswith(ROOT + ".") or record.levelno >= logging.ERROR
 
 
 def abbreviate(state: Any, width: int = WIDTH) -> str:

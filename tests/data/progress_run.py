@@ -1,6 +1,6 @@
-"""Two checks with progress lines, a phase and a heartbeat (tests/test_progress.py runs them): each
-check's log in the report must carry its own lines, with their time, and only its own; the phase
-must be an Allure step with its duration."""
+"""Checks with progress lines, a phase, a heartbeat and a library's warnings (tests/test_progress.py runs
+them): each check's log in the report must carry its own lines, with their time, and only its own; the
+phase must be an Allure step with its duration; a library's warnings stay out of the terminal."""
 from clusterproof.core import progress
 from clusterproof.core.waiting import wait_for
 
@@ -17,3 +17,12 @@ def test_first_check_with_a_phase_and_a_wait():
 
 def test_second_check():
     progress.say("second check: its own line")
+
+
+def test_third_check_where_a_library_warns():
+    import logging
+    pool = logging.getLogger("urllib3.connectionpool")
+    for _ in range(3):
+        pool.warning("Connection pool is full, discarding connection (self-test)")
+    pool.error("a library's error (self-test)")
+    progress.say("third check: its own line")
