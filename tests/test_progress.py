@@ -190,6 +190,11 @@ def test_say_logs_on_the_callers_domain_logger():
     assert progress.logger("suites.test_gang_scheduling").name == "clusterproof.suites"
     assert progress.logger("__main__").name == "clusterproof"
     assert progress.caller_logger(0).name == "clusterproof.tests"
+    # A bench run with ``python -m clusterproof.bench.knee`` is __main__, and logs as the bench it is.
+    from types import SimpleNamespace
+    g = {"__name__": "__main__", "__spec__": SimpleNamespace(name="clusterproof.bench.knee"), "progress": progress}
+    exec("name = progress.caller_logger(0).name", g)
+    assert g["name"] == "clusterproof.bench"
 
 
 def test_each_checks_log_in_the_report_carries_its_own_timestamped_lines_and_its_phases(tmp_path):

@@ -70,11 +70,15 @@ def logger(module: str) -> logging.Logger:
 
 
 def caller_logger(depth: int = 1) -> logging.Logger:
-    """The domain logger of the module ``depth`` frames above the caller (1: the caller's caller)."""
+    """The domain logger of the module ``depth`` frames above the caller (1: the caller's caller); a module
+    run with ``python -m`` by its own name (``clusterproof.bench.knee``, not ``__main__``)."""
     frame = inspect.currentframe()
     for _ in range(depth + 1):
         frame = frame.f_back if frame is not None else None
-    return logger(frame.f_globals.get("__name__", ROOT) if frame is not None else ROOT)
+    if frame is None:
+        return logging.getLogger(ROOT)
+    name, spec = frame.f_globals.get("__name__", ROOT), frame.f_globals.get("__spec__")
+    return logger(spec.name if name == "__main__" and getattr(spec, "name", None) else name)
 
 
 def say(msg: str) -> None:
