@@ -30,7 +30,7 @@ import sys
 
 from clusterproof.cluster import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
-from clusterproof.core import exitcodes
+from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import ArgumentParser, one_line_main
 
 
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 say("Prometheus history: not used (--prometheus-url)")
             say(f"real nodes' host packages and images: {'used' if p['real_nodes'] else 'not used'}")
             return 0
+        progress.to_terminal()   # the builds' heartbeats (a first build takes minutes), timestamped, on stderr
         return one_line_main(lambda: build(p), exitcodes.SETUP_FAILED)   # a build failed: 8
 
     def build(p: dict) -> int:

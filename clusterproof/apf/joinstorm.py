@@ -36,6 +36,7 @@ from clusterproof.apf import flood as fm
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.cluster.node_plan import node_capacity
 from clusterproof.cluster.nodes import ReadyTracker
+from clusterproof.core.progress import phase
 from clusterproof.core.run import SCRATCH_LABEL, metadata
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import wait_for
@@ -156,7 +157,7 @@ def join(api: client.ApiClient, profile, run_id: str, mode: str, prober: fm.Well
             # Ready=True is the kubelets' (kwok's) part; lifting the not-ready taint is kube-controller-
             # manager's, rate-limited, and reported if it happened meanwhile.
             wait_for(lambda: (informer.check(), tracker.all_condition_at)[1], timeout=timeout, interval=0.5,
-                     what=f"all {n} joined nodes Ready ({mode})")
+                     what=f"all {n} joined nodes Ready ({mode})", describe=lambda _: str(tracker))
         except AssertionError:
             pass                       # the check reports how far they got
         t_sched = time.monotonic() - t0 if tracker.done() else None
@@ -200,7 +201,8 @@ def join_both(api: client.ApiClient, profile, run_id: str, work, say, namespaces
             for mode in MODES:
                 say(f"api overload: {profile.apf_join_nodes} nodes join ({mode}"
                     + (f", {profile.apf_join_rate:g} nodes/s)" if mode == "paced" else ", all at once)"))
-                out[mode] = join(api, profile, run_id, mode, prober, profile.apf_join_timeout_s)
+                with phase(f"api overload: {profile.apf_join_nodes} nodes join, {mode}"):
+                    out[mode] = join(api, profile, run_id, mode, prober, profile.apf_join_timeout_s)
         finally:
             prober.stop()
         return out

@@ -31,6 +31,7 @@ from kubernetes import client
 from clusterproof.apf import flood as fm
 from clusterproof.apf.flood_plan import KIND_LABEL
 from clusterproof.cluster.apiguard import server_errors
+from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import LocustResult, run_locust
 from clusterproof.core.run import RUN_LABEL, metadata
@@ -243,20 +244,24 @@ def measure_flood(api: client.ApiClient, profile, run_id: str, flow: FloodFlow, 
     for t in (prober, sampler, hearts):
         t.start()
     try:
-        # The baseline window itself: the well-behaved client's latency before any flood (a measurement).
-        time.sleep(profile.apf_baseline_s)
+        with progress.phase(f"api overload: baseline, {profile.apf_baseline_s:g} s before the flood"):
+            # The baseline window itself: the well-behaved client's latency before any flood (a measurement).
+            time.sleep(profile.apf_baseline_s)
         phases.flood_wall = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
         prober.pod_every = max(1, int(profile.apf_flood_s * profile.apf_probe_rate / max(1, profile.apf_probe_pods)))
         prober.pod_budget = profile.apf_probe_pods
         phases.flood = time.monotonic()
         say(f"api overload: flood of {profile.apf_flood_users} users for {profile.apf_flood_s:g} s as {flow.user} "
             f"(FlowSchema {flow.schema} -> PriorityLevel {flow.level})")
-        result = run_locust("load/flood.py", api.configuration.host, profile.apf_flood_users,
-                            locust_args(profile, flood_ns, run_id, flood_ident, flow), workdir / "locust-flood",
-                            timeout_s=profile.apf_flood_timeout_s)
+        with progress.phase(f"api overload: flood, {profile.apf_flood_users} users for {profile.apf_flood_s:g} s"):
+            result = run_locust("load/flood.py", api.configuration.host, profile.apf_flood_users,
+                                locust_args(profile, flood_ns, run_id, flood_ident, flow), workdir / "locust-flood",
+                                timeout_s=profile.apf_flood_timeout_s,
+                                status=lambda: f"the well-behaved client sent {len(prober.snapshot())} requests")
         phases.flood_end = time.monotonic()
         prober.pod_budget = 0
-        note = wait_recovered(profile, flow, prober, sampler, phases)
+        with progress.phase("api overload: recovery after the flood"):
+            note = wait_recovered(profile, flow, prober, sampler, phases)
         phases.end = time.monotonic()
     finally:
         for t in (prober, sampler, hearts):

@@ -21,6 +21,7 @@ import psutil
 from clusterproof.bench import common
 from clusterproof.cluster import realnodes
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+from clusterproof.core import progress
 from clusterproof.core.run import new_run_id
 
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
@@ -72,7 +73,8 @@ def main(argv: list[str]) -> int:
             common.say(f"idle at full size for {args.idle_seconds:g} s")
             cpu0, t0 = cpu_seconds(pids), time.monotonic()
             real0 = realnodes.sample_usage(real)
-            time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
+            with progress.heartbeat("the end of the idle window", timeout=args.idle_seconds):
+                time.sleep(args.idle_seconds)  # the measurement window itself, not a synchronisation
             cpu1, elapsed = cpu_seconds(pids), time.monotonic() - t0
             real1 = realnodes.sample_usage(real)
             head = common.header(argv, c, profile, "clusterproof.bench.bringup")

@@ -33,7 +33,7 @@ import psutil
 from clusterproof import CHECKOUT
 from clusterproof.cluster import backends, toolchain
 from clusterproof.config.profile import Profile, load_profile
-from clusterproof.core import exitcodes, outputs, redact
+from clusterproof.core import exitcodes, outputs, progress, redact
 from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.measurement import Figure
 from clusterproof.core.run import new_run_id
@@ -45,8 +45,8 @@ from clusterproof.prometheus.server import sweep_abandoned
 OUT_DIR = outputs.bench_dir(CHECKOUT)
 
 
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+# A bench's progress lines: logging (clusterproof.core.progress), timestamped on stderr once ``load`` has run.
+say = progress.say
 
 
 def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
@@ -70,7 +70,9 @@ def fail(e: Exception) -> Failed:
 
 
 def load(args) -> Profile:
-    """The profile (and, for an embedded cluster, every binary built first)."""
+    """The profile (and, for an embedded cluster, every binary built first). From here on the bench's
+    progress lines, phases and heartbeats are written to stderr with their time."""
+    progress.to_terminal()
     try:
         profile = load_profile(args.profile, args.overrides)
         if not args.kubeconfig:

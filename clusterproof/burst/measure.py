@@ -30,6 +30,7 @@ from kubernetes import client
 from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
 from clusterproof.cluster.realnodes import is_component, pod_on
 from clusterproof.core.locust import LocustResult, run_locust
+from clusterproof.core.progress import phase as step
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
 from clusterproof.core.timeparse import parse_time
@@ -221,15 +222,19 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
              if real is not None and phase.rate else None)
     if probe is not None:
         probe.start()
+    rate = f"at {phase.rate:g} pods/s" if phase.rate else "as fast as they can"
     try:
-        result = run_locust("load/burst.py", api.configuration.host, profile.burst_users,
-                            locust_args(phase, profile, namespace, run_id, ident), workdir / f"locust-{phase.name}",
-                            timeout_s=profile.burst_timeout_s, processes=profile.burst_locust_processes)
+        with step(f"{phase.name} phase: {profile.burst_users} locust users create {phase.pods} pods {rate}"):
+            result = run_locust("load/burst.py", api.configuration.host, profile.burst_users,
+                                locust_args(phase, profile, namespace, run_id, ident), workdir / f"locust-{phase.name}",
+                                timeout_s=profile.burst_timeout_s, processes=profile.burst_locust_processes,
+                                status=lambda: ", ".join(f"{v} {k}" for k, v in timeline.counts().items()))
         # Both ends of a window from the same apiserver (None: the one that answered before is gone).
         after_creates = apimetrics.scrape_same_replica(api, before)
         try:
-            timeline.wait_running(phase.pods, timeout=profile.burst_timeout_s,
-                                  stall_timeout=profile.burst_stall_timeout_s)
+            with step(f"{phase.name} phase: wait until all {phase.pods} pods are Running"):
+                timeline.wait_running(phase.pods, timeout=profile.burst_timeout_s,
+                                      stall_timeout=profile.burst_stall_timeout_s)
         except WaitTimeout as e:
             incomplete = f"{e}; {scheduler_state(api)}"
         except InformerError as e:    # the pod watch gave up: its outage is named below
@@ -254,8 +259,9 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
 
 def clear_phase(api, namespace: str, run_id: str, phase: Phase, timeout: float = 300) -> None:
     """Delete a phase's pods and wait until they are gone, so the next phase finds its nodes free."""
-    delete_selected(api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}", timeout,
-                f"the {phase.name} phase's pods gone")
+    with step(f"{phase.name} phase: delete its pods"):
+        delete_selected(api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}", timeout,
+                        f"the {phase.name} phase's pods gone")
 
 
 def oversized(phases: list[Phase], free: int, profile) -> str | None:

@@ -32,6 +32,7 @@ from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
+from clusterproof.core.progress import phase
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import access, apimetrics
@@ -191,7 +192,8 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                  f"Kubernetes {profile.kubernetes_version}"
                  + (f", Coscheduling {toolchain.SCHEDULER_PLUGINS_VERSION} as {coscheduling.OWN_SCHEDULER!r})"
                     if coscheduling_components else ")"))
-        kc.start(timeout=profile.cluster_start_timeout_s)
+        with phase("start the control plane (kwokctl create cluster)"):
+            kc.start(timeout=profile.cluster_start_timeout_s)
         if keep:
             (kc.directory / "keep").touch()
         t_started = time.monotonic()
@@ -206,13 +208,18 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         if coscheduling_components:
             coscheduling.apply_crds(api, run_id)
             wait_healthy(coscheduling.health_urls(ports), kc)
-        real = (realnodes.join(api, kc.directory, kc.real_nodes, built, profile.node_gpus, kc.real_node_nvml, t0,
-                               profile.cluster_start_timeout_s, progress) if kc.real_nodes else None)
+        real = None
+        if kc.real_nodes:
+            with phase(f"join {len(kc.real_nodes)} real node(s)"):
+                real = realnodes.join(api, kc.directory, kc.real_nodes, built, profile.node_gpus, kc.real_node_nvml,
+                                      t0, profile.cluster_start_timeout_s, progress)
         before = apimetrics.scrape(api)
         t1 = time.monotonic()
-        n = create_nodes(api, profile, run_id, progress)
+        with phase(f"create {profile.nodes:,} simulated nodes"):
+            n = create_nodes(api, profile, run_id, progress)
         t_created = time.monotonic()
-        tracker = wait_ready(api, run_id, n, profile.bringup_timeout_s, progress)
+        with phase(f"wait until {n:,} nodes are Ready and schedulable"):
+            tracker = wait_ready(api, run_id, n, profile.bringup_timeout_s, progress)
         t_ready = time.monotonic()
         after = apimetrics.scrape(api)
         flows = apf.Classification(apf.dispatched(apf.scrape(api)))

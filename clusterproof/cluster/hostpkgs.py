@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-from clusterproof.core import exitcodes
+from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 
 PACKAGES = {
@@ -75,8 +75,9 @@ def install() -> None:
     print(f"installing {', '.join(todo)} (apt-get; real nodes)", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for attempt in (1, 2):
-        proc = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *todo], env=env,
-                              capture_output=True, text=True)
+        with progress.heartbeat(f"apt-get install {' '.join(todo)}"):
+            proc = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *todo], env=env,
+                                  capture_output=True, text=True)
         if proc.returncode == 0:
             return
         if attempt == 1:   # an old package index names versions the archive no longer has

@@ -77,6 +77,7 @@ from pathlib import Path
 
 from clusterproof.cluster import toolchain
 from clusterproof.core import exitcodes
+from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.timeparse import format_time, http_date
@@ -170,8 +171,9 @@ def _key(inputs: dict) -> str:
 def _run(cmd: list[str], log: Path | None, what: str, fix: str, timeout: float = 1800, **kw) -> str:
     """Run ``cmd``; output appended to ``log`` (or returned); a failure is one HarnessError line."""
     try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=timeout, **kw)
+        with progress_lines.heartbeat(f"{what} ({os.path.basename(cmd[0])})", timeout=timeout):
+            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=timeout, **kw)
     except FileNotFoundError:
         raise HarnessError(f"{what}: {cmd[0]} not found: install it or put it on PATH") from None
     except subprocess.TimeoutExpired:
@@ -615,7 +617,7 @@ def _build_checker(key: str, inputs: dict, base: dict, progress) -> Built:
 
 # ---------------------------------------------------------------- API
 
-def build(image: Image = CHECKER, progress=print) -> Built:
+def build(image: Image = CHECKER, progress=progress_lines.say) -> Built:
     """The docker-archive of ``image`` (PAUSE or CHECKER), from the cache when its inputs did not change."""
     if image == PAUSE:
         inputs = _pause_inputs()
@@ -701,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for im in [by_name[a] for a in args] or list(IMAGES):
             t0 = time.monotonic()
+            progress_lines.to_terminal()   # the builds' heartbeats, timestamped, on stderr
             b = build(im, progress=lambda m: print(m, flush=True))
             took = time.monotonic() - t0
             print(f"{b.name:8} {b.ref}  {b.digest_ref}  {b.size / 1e6:.1f} MB  "

@@ -38,7 +38,7 @@ from typing import Callable
 import yaml
 
 from clusterproof.cluster import identities, realnodes, toolchain
-from clusterproof.core import exitcodes
+from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     clear_pid_files,
@@ -226,7 +226,14 @@ class KwokCluster:
         for extra in self.extra_args:
             args += ["--extra-args", extra]
         args += ["--config", str(self._write_kwok_config(patches, ports))]
-        kwokctl(*args, timeout=timeout + 30, kubernetes_version=self.kubernetes_version)
+        with progress.heartbeat(f"kwokctl to create cluster {self.name}", timeout=timeout + 30,
+                                status=lambda: f"logs so far: {', '.join(self.started_logs()) or 'none'}"):
+            kwokctl(*args, timeout=timeout + 30, kubernetes_version=self.kubernetes_version)
+
+    def started_logs(self) -> list[str]:
+        """The components that have written a log so far (kwokctl starts them one after the other)."""
+        logs = self.directory / "logs"
+        return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
 
     @property
     def audit_log(self) -> Path:
@@ -355,7 +362,7 @@ def sweep_clusters(keep: str | None = None, say: Callable[[str], None] | None = 
         owner = _owner(d)
         host = owner_elsewhere(owner)
         if host:
-            (say or print)(f"sweep: {elsewhere_note(f'embedded cluster {d.name}', host)}")
+            (say or progress.say)(f"sweep: {elsewhere_note(f'embedded cluster {d.name}', host)}")
             continue
         if (d / "keep").exists() or owner_alive(owner):
             continue

@@ -125,7 +125,8 @@ def wait_ready(api: client.ApiClient, run_id: str, expected: int, timeout: float
             progress(f"nodes: {tracker}")
             last[0] = time.monotonic()
 
-    Informer(api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={run_id}"}, apply).run(tracker.done, deadline)
+    Informer(api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={run_id}"}, apply).run(
+        tracker.done, deadline, what=f"all {expected} nodes Ready and schedulable", status=tracker.__str__)
     if not tracker.done():
         raise WaitTimeout(f"all {expected} nodes Ready and schedulable: not reached within "
                           f"{timeout:g} s; last seen: {tracker}")

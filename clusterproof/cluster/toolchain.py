@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 
 KUBERNETES_VERSION = "v1.35.4"
@@ -353,7 +354,7 @@ _BUILDERS = {
 }
 
 
-def ensure(component: Component, progress=print) -> Component:
+def ensure(component: Component, progress=progress_lines.say) -> Component:
     """Build ``component`` unless its binaries are already cached."""
     if component.is_built():
         return component
@@ -367,7 +368,9 @@ def ensure(component: Component, progress=print) -> Component:
              f"(first run only; log: {log})")
     staging = Path(tempfile.mkdtemp(prefix=f"{component.name}-", dir=cache_root() / "bin"))
     try:
-        with tempfile.TemporaryDirectory(prefix="cp-build-") as work:
+        with tempfile.TemporaryDirectory(prefix="cp-build-") as work, progress_lines.heartbeat(
+                f"the build of {component.name} {component.version} (log: {log})",
+                status=lambda: progress_lines.last_line(log)):
             _BUILDERS[component.name](go, Path(work), staging, log, component)
         missing = [b for b in component.binaries if not (staging / b).exists()]
         if missing:
@@ -414,7 +417,7 @@ def named(name: str) -> Component:
     return by_name[name]
 
 
-def ensure_many(wanted: list[Component] | tuple[Component, ...], progress=print, jobs: int = 1) -> None:
+def ensure_many(wanted: list[Component] | tuple[Component, ...], progress=progress_lines.say, jobs: int = 1) -> None:
     """Build every component of ``wanted`` that is not cached, ``jobs`` at a time (each build is its own
     staging directory, log and Go invocation; Go's module and build caches take concurrent builds). Every
     build runs to its end; the first failure is then raised (one line)."""
@@ -431,7 +434,7 @@ def ensure_many(wanted: list[Component] | tuple[Component, ...], progress=print,
         raise errors[0]
 
 
-def ensure_all(progress=print, kubernetes_version: str = KUBERNETES_VERSION) -> None:
+def ensure_all(progress=progress_lines.say, kubernetes_version: str = KUBERNETES_VERSION) -> None:
     for c in components(kubernetes_version):
         ensure(c, progress)
 
@@ -473,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in wanted:
                 print(f"{c.name:18} {c.version:9} {'cached' if c.is_built() else 'would be built'}")
             return 0
+        progress_lines.to_terminal()   # the builds' heartbeats, timestamped, on stderr
         ensure_many(wanted, progress=lambda m: print(m, flush=True), jobs=args.jobs)
     except HarnessError as e:   # a build failed: a set-up failure, 8
         print(f"clusterproof: {e}", file=sys.stderr)

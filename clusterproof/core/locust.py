@@ -14,8 +14,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from clusterproof import IMPORT_ROOT as ROOT
+from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 
@@ -87,13 +89,14 @@ def read_stats(prefix: Path) -> tuple[dict[str, LocustStats], list[dict]]:
 
 def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_prefix: Path,
                timeout_s: float, env: dict[str, str] | None = None,
-               processes: int = 1) -> LocustResult:
+               processes: int = 1, status: Callable[[], Any] | None = None) -> LocustResult:
     """``locust -f FILE --headless`` until the locustfile quits; bounded by ``timeout_s``.
 
     ``--run-time`` is the locust-side bound; the subprocess timeout is the
     backstop. ``processes`` > 1 uses locust's own distributed mode on this
     machine (a master and forked workers), the same code path as workers on
-    other machines.
+    other machines. While it runs, a heartbeat line says so (with
+    ``status()``, e.g. the pods seen so far, or the last line of its log).
     """
     if not LOCUST.exists():
         raise HarnessError(f"locust is not installed next to {sys.executable}: "
@@ -114,7 +117,9 @@ def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_pref
                                 preexec_fn=own_session_dying_with_parent,
                                 env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         try:
-            proc.wait(timeout=timeout_s + 60)
+            with progress.heartbeat(f"locust {locustfile} ({users} users) to finish", timeout=timeout_s + 60,
+                                    status=status or (lambda: progress.last_line(log)), log=progress.caller_logger(1)):
+                proc.wait(timeout=timeout_s + 60)
         except subprocess.TimeoutExpired:
             raise HarnessError(f"locust did not finish within {timeout_s + 60:g} s; see {log}") from None
         finally:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.progress import phase
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import get_if_present, list_raw, raw_request
@@ -103,6 +104,14 @@ def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
     ``unsatisfiable`` extra members per gang can never be placed (see
     ``unsatisfiable_member``); they count towards the gang's minimum.
     """
+    pods = sum(gangs.values()) + unsatisfiable * len(gangs)
+    what = (f"gang {next(iter(gangs))}" if len(gangs) == 1 else f"{len(gangs)} gangs ({', '.join(gangs)})")
+    with phase(f"create {what}: {pods} pods"):
+        return _create_gangs(api, backend, ns, run_id, gangs, place, gpus, timeout_s, unsatisfiable)
+
+
+def _create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str, gangs: dict[str, int],
+                  place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int) -> list[Gang]:
     for name, size in gangs.items():
         path, body = backend.group(ns, name, size + unsatisfiable, run_id, timeout_s)
         raw_request(api, "POST", path, body=body).data
@@ -195,8 +204,9 @@ def wait_gangs_settled(api: client.ApiClient, gangs: list[Gang], complete: int, 
     def settled(s: GangState) -> bool:
         return not s.partial() and len(s.complete()) == complete
     try:
-        return wait_for(lambda: GangState.read(api, gangs), until=settled, timeout=timeout,
-                        interval=0.5, what=what)
+        with phase(f"wait until {what}"):
+            return wait_for(lambda: GangState.read(api, gangs), until=settled, timeout=timeout,
+                            interval=0.5, what=what)
     except AssertionError:
         state = GangState.read(api, gangs)
         if state.partial():
@@ -270,8 +280,11 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
                              for m in msgs if TIMED_OUT in m)
         return bool(done_at or timed_out)
     try:
-        wait_for(finished, timeout=timeout, interval=5 if give_up_on_timeout else 0.5,
-                 what=f"gang {gang.name} bound completely")
+        with phase(f"wait until gang {gang.name} is bound completely ({len(members)} pods)"):
+            wait_for(finished, timeout=timeout, interval=5 if give_up_on_timeout else 0.5,
+                     what=f"gang {gang.name} bound completely",
+                     describe=lambda _: f"{len(bound)} of {len(members)} pods bound" + (
+                         f"; rejected for its schedule timeout: {timed_out[0]}" if timed_out else ""))
     except AssertionError:
         pass
     finally:
@@ -298,25 +311,31 @@ def watch_nothing_binds(api: client.ApiClient, ns: str, pods: list[str], seconds
         name = pod["metadata"]["name"]
         if kind != "DELETED" and name in watched and pod["spec"].get("nodeName"):
             bound[name] = pod["spec"]["nodeName"]
-    Informer(api, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": GANG_LABEL}, apply).watch_for(
-        seconds, lambda: bool(bound))
+    with phase(f"watch {len(pods)} pods for {seconds:g} s: none may be bound"):
+        Informer(api, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": GANG_LABEL}, apply).watch_for(
+            seconds, lambda: bool(bound), what=f"the end of a {seconds:g} s watch in which none of "
+                                               f"{len(pods)} pods may be bound", status=lambda: f"{len(bound)} bound")
     return bound
 
 
 def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
     """Until the scheduler says a member of ``gang`` was rejected at Permit for its timeout."""
     members = list_pods(api, gang.namespace, f"{GANG_LABEL}={gang.name}")
-    wait_for(lambda: [m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
-                      for m in msgs if TIMED_OUT in m],
-             timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
-                                               f"(a FailedScheduling event '{TIMED_OUT}')")
+    with phase(f"wait until gang {gang.name} is rejected for its schedule timeout"):
+        wait_for(lambda: [m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
+                          for m in msgs if TIMED_OUT in m],
+                 timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
+                                                   f"(a FailedScheduling event '{TIMED_OUT}')",
+                 describe=lambda found: found[0] if found else "no such event yet")
 
 
 def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:
     def unbound():
         b = bindings(api, ns, RUN_LABEL)
         return {n: b.get(n) for n in names}
-    return wait_for(unbound, until=lambda m: all(m.values()), timeout=timeout, interval=0.5, what=what)
+    with phase(f"wait until {what}"):
+        return wait_for(unbound, until=lambda m: all(m.values()), timeout=timeout, interval=0.5, what=what,
+                        describe=lambda m: f"{sum(1 for v in m.values() if v)} of {len(names)} bound")
 
 
 def probe_scheduler(api: client.ApiClient, ns: str, run_id: str, scheduler: str, place: Placement,

@@ -59,6 +59,7 @@ from typing import Callable, Iterator
 import urllib3
 from kubernetes import client
 
+from clusterproof.core import progress
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw, raw_request
 
@@ -340,14 +341,33 @@ class Informer:
     def _fatal(self, e: BaseException) -> bool:
         return isinstance(e, _HandlerFailed) or (isinstance(e, client.ApiException) and e.status in FATAL_STATUS)
 
-    def run(self, until: Callable[[], bool] = lambda: False, deadline: float = math.inf) -> bool:
+    def run(self, until: Callable[[], bool] = lambda: False, deadline: float = math.inf, what: str | None = None,
+            status: Callable[[], object] | None = None) -> bool:
         """Follow the collection until ``until()`` holds or ``deadline`` (monotonic); return ``until()``.
 
         Reconnects on failures (see the module docstring). Raises
         ``InformerError`` when it gives up, or when the deadline comes while
         the watch is cut off and ``until()`` does not hold: the store cannot
-        say that nothing happened.
+        say that nothing happened. A window (a finite deadline) is not silent:
+        a heartbeat line names ``what`` it waits for (default: the watched
+        path), the time of the window gone, and ``status()`` (default: the
+        store's size, events and connection).
         """
+        return self._window(until, deadline, what or f"a change on {self.path}", status, progress.caller_logger(1))
+
+    def _window(self, until, deadline: float, what: str, status, log) -> bool:
+        if math.isinf(deadline):
+            return self._run(until, deadline)
+        with progress.heartbeat(what, timeout=max(0.0, deadline - time.monotonic()), status=status or self.describe,
+                                log=log):
+            return self._run(until, deadline)
+
+    def describe(self) -> str:
+        """The store in a few words (heartbeat lines)."""
+        return (f"{len(self.store)} objects, {self.events} events, "
+                + ("connected" if self._connected else f"cut off ({self.reconnects} reconnects)"))
+
+    def _run(self, until: Callable[[], bool], deadline: float) -> bool:
         while not until() and not self._stop.is_set() and time.monotonic() < deadline:
             try:
                 if self.rv is None or self._need_list:
@@ -378,8 +398,11 @@ class Informer:
                                 f"{o.last_error}): what happened meanwhile is unknown")
         return done
 
-    def watch_for(self, seconds: float, until: Callable[[], bool] = lambda: False) -> bool:
-        return self.run(until, time.monotonic() + seconds)
+    def watch_for(self, seconds: float, until: Callable[[], bool] = lambda: False, what: str | None = None,
+                  status: Callable[[], object] | None = None) -> bool:
+        """``run`` for a window of ``seconds``; ``what``/``status``: its heartbeat (see ``run``)."""
+        return self._window(until, time.monotonic() + seconds, what or f"the end of a {seconds:g} s watch of "
+                            f"{self.path}", status, progress.caller_logger(1))
 
     # --- in the background ----------------------------------------------------------------
 

@@ -35,6 +35,7 @@ import allure
 
 from clusterproof import IMPORT_ROOT as ROOT
 from clusterproof.cluster.health import last_log_line
+from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     elsewhere_note,
@@ -220,7 +221,7 @@ def sweep_workdirs(say=None) -> list[str]:
             continue   # not ours, or being created right now
         host = owner_elsewhere(owner)
         if host:
-            (say or print)(f"gpu preflight: {elsewhere_note(f'work directory {d}', host)}")
+            (say or progress.say)(f"gpu preflight: {elsewhere_note(f'work directory {d}', host)}")
         elif not owner_alive(owner):
             shutil.rmtree(d, ignore_errors=True)
             gone.append(d.name)
@@ -249,9 +250,10 @@ def setup_simulated(api, cluster, run: PreflightRun, profile, run_id: str, backe
     faulty = sum(1 for k in run.plan.values() if k in FAULTS)
     say(f"gpu preflight: {count} nodes join under preflight ({faulty} with GPU faults, fault file {path}); "
         f"{describe_agent(run.agent_kind)}; waiting: {run.waiting} ({run.gang_note})")
-    run.nodes = create_scratch_nodes(api, profile, run_id, run.tag, count=count, taints=[run.marks.taint],
-                                     labels={run.marks.label_key: PENDING},
-                                     workers=16, timeout=profile.bringup_timeout_s)
+    with progress.phase(f"gpu preflight: create {count} joining nodes, wait until they are Ready"):
+        run.nodes = create_scratch_nodes(api, profile, run_id, run.tag, count=count, taints=[run.marks.taint],
+                                         labels={run.marks.label_key: PENDING},
+                                         workers=16, timeout=profile.bringup_timeout_s)
     if run.agent is not None:
         run.agent.alive()
 

@@ -47,6 +47,7 @@ from typing import Callable, Iterator
 from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import die_with_parent
+from clusterproof.core.progress import heartbeat, say, to_terminal
 
 # Bump when the generated text changes: part of the cache key.
 GENERATOR_VERSION = 3
@@ -258,7 +259,7 @@ def cache_dir(shape: Shape) -> Path:
     return toolchain.cache_root() / "prometheus" / "history" / shape.key
 
 
-def build(shape: Shape, progress: Callable[[str], None] = print, now: float | None = None,
+def build(shape: Shape, progress: Callable[[str], None] = say, now: float | None = None,
           parallel: int = 2) -> History:
     """The history of ``shape``: from the cache, or generated and backfilled (then cached).
 
@@ -280,22 +281,32 @@ def build(shape: Shape, progress: Callable[[str], None] = print, now: float | No
     t0 = time.monotonic()
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{shape.key}-", dir=target.parent))
+    stage: dict = {"size": 0, "written": 0, "shards": []}
+
+    def status() -> str:
+        shards = stage["shards"]
+        return (f"promtool backfilling: {sum(f.done() for f in shards)} of {len(shards)} shards done" if shards else
+                f"writing the OpenMetrics text of a {stage['size']}-node shard ({stage['written'] / 1e6:.0f} MB)")
     try:
         blocks = work / "blocks"
         blocks.mkdir()
         sizes = [min(SHARD_NODES, shape.nodes - i) for i in range(0, shape.nodes, SHARD_NODES)]
-        # Every shard's text is the same but for the shard's number in its node names: written once
-        # per shard size with a placeholder, then stamped per shard.
-        templates = {}
-        for size in sorted(set(sizes)):
-            templates[size] = work / f"template-{size}.om"
-            with templates[size].open("w") as fh:
-                for chunk in openmetrics(shape, start, [f"{SHARD_MARK}-{j:03d}" for j in range(size)]):
-                    fh.write(chunk)
-        with ThreadPoolExecutor(max(1, parallel)) as pool:
-            for f in [pool.submit(backfill_shard, promtool, templates[size], f"gpu-node-{k:02d}", work / f"shard-{k}",
-                                  blocks) for k, size in enumerate(sizes)]:
-                f.result()
+        with heartbeat(f"the {shape.nodes:,}-node Prometheus history to be built", status=status):
+            # Every shard's text is the same but for the shard's number in its node names: written once
+            # per shard size with a placeholder, then stamped per shard.
+            templates = {}
+            for size in sorted(set(sizes)):
+                templates[size] = work / f"template-{size}.om"
+                stage["size"], stage["written"] = size, 0
+                with templates[size].open("w") as fh:
+                    for chunk in openmetrics(shape, start, [f"{SHARD_MARK}-{j:03d}" for j in range(size)]):
+                        fh.write(chunk)
+                        stage["written"] += len(chunk)
+            with ThreadPoolExecutor(max(1, parallel)) as pool:
+                stage["shards"] = [pool.submit(backfill_shard, promtool, templates[size], f"gpu-node-{k:02d}",
+                                               work / f"shard-{k}", blocks) for k, size in enumerate(sizes)]
+                for f in stage["shards"]:
+                    f.result()
         build_s = time.monotonic() - t0
         (blocks / "history.json").write_text(json.dumps({
             "shape": asdict(shape), "start": start, "end": end, "series": shape.series,
@@ -359,6 +370,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     args = ap.parse_args(argv)
     try:
+        to_terminal()   # the build's heartbeats, timestamped, on stderr
         shape = shape_of(load_profile(args.profile, args.overrides))
     except HarnessError as e:   # a bad profile or --set: 4
         print(f"clusterproof: {e}", file=sys.stderr)

@@ -40,6 +40,7 @@ import psutil
 import yaml
 
 from clusterproof.cluster import toolchain
+from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     elsewhere_note,
@@ -277,7 +278,7 @@ def sweep_runs(say: Callable[[str], None] | None = None) -> list[str]:
             owner = {}
         host = owner_elsewhere(owner)
         if host:
-            (say or print)(f"sweep: {elsewhere_note(f'Prometheus directory {d}', host)}")
+            (say or progress.say)(f"sweep: {elsewhere_note(f'Prometheus directory {d}', host)}")
             continue
         if owner_alive(owner):
             continue

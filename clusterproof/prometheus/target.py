@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from clusterproof.core.progress import phase
 from clusterproof.core.timeparse import duration_s
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus import history as prom_history
@@ -73,13 +74,16 @@ def embedded(cluster, profile, run_id: str, say):
         else:
             directory = own_directory(run_id)
             jobs = scrape_job_from_api(cluster.api, directory)
-        history = prom_history.build(shape_of(profile), say)
+        shape = shape_of(profile)
+        with phase(f"prometheus: the {shape.nodes:,}-node history (cached, or built once)"):
+            history = prom_history.build(shape, say)
         server = PromServer(directory, limits, jobs, profile.prometheus_scrape_interval_s)
-        prom_history.link_into(history, server.data_dir)
         t0 = time.monotonic()
-        server.start()
-        prom = server.client()
-        wait_scraped(prom, [j["job_name"] for j in jobs], timeout=3 * profile.prometheus_scrape_interval_s + 30)
+        with phase("prometheus: start the embedded Prometheus over the history, first scrapes"):
+            prom_history.link_into(history, server.data_dir)
+            server.start()
+            prom = server.client()
+            wait_scraped(prom, [j["job_name"] for j in jobs], timeout=3 * profile.prometheus_scrape_interval_s + 30)
         say(f"embedded Prometheus {prom.buildinfo().get('version', '?')} at {server.url} "
             f"({' '.join(limits.flags())}, GOMAXPROCS {limits.gomaxprocs or 'all'}), ready in "
             f"{time.monotonic() - t0:.1f} s over a {history.shape.nodes}-node history "

@@ -108,7 +108,8 @@ def create_scratch_nodes(api: client.ApiClient, profile, run_id: str, tag: str, 
             items = list_raw(api, "/api/v1/nodes", {"labelSelector": f"{SCRATCH_LABEL}={tag}"})["items"]
             return sorted(n["metadata"]["name"] for n in items if is_ready(n))
         wait_for(ready, until=lambda r: len(r) == count, timeout=timeout, interval=0.5,
-                 what=f"{count} scratch node(s) {SCRATCH_LABEL}={tag} Ready and schedulable")
+                 what=f"{count} scratch node(s) {SCRATCH_LABEL}={tag} Ready and schedulable",
+                 describe=lambda r: f"{len(r)} of {count} Ready and schedulable")
     except BaseException:
         for node in nodes:
             node.release()

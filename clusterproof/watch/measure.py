@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusterproof.cluster.realnodes import REAL_NODE_LABEL
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.progress import heartbeat, phase
 from clusterproof.core.run import SCRATCH_LABEL
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import wait_for
@@ -165,7 +166,9 @@ def measure(api: client.ApiClient, profile, target: Target, svc: PerNodeService 
             churn(profile, svc, size, run)
         else:
             say(f"watching {target.namespace}/{target.name} read-only for {profile.watch_window_s} s")
-            time.sleep(profile.watch_window_s)   # the measurement window itself
+            with heartbeat(f"the end of the read-only window on {target.namespace}/{target.name}",
+                           timeout=profile.watch_window_s, status=lambda: f"{len(watchers)} watchers"):
+                time.sleep(profile.watch_window_s)   # the measurement window itself
         finals = {a: listing(api, *paths[a]) for a in APIS}
         for a in APIS:
             wait_caught_up(pool, [w for w in watchers if w.spec.api == a], finals[a], profile.watch_settle_timeout_s,
@@ -302,7 +305,8 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
     nodes = sum(1 for _ in list_all(api, "/api/v1/nodes"))
     if not target.created:
         run = WatchRun(target, nodes, nodes)
-        run.sizes.append(measure(api, profile, target, None, 0, say))
+        with phase(f"watch bandwidth: {target.namespace}/{target.name}, read-only for {profile.watch_window_s:g} s"):
+            run.sizes.append(measure(api, profile, target, None, 0, say))
         return run
     pool = _pool(api, profile)
     members = sorted(n["metadata"]["name"] for n in pool)
@@ -314,12 +318,15 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
         for size in profile.watch_sizes:
             say(f"watch bandwidth: growing the per-node Service to {size} endpoints on {len(members)} nodes")
             t, grown = time.monotonic(), size - svc.size
-            svc.grow(size)
-            run.pods_created, run.create_s = run.pods_created + grown, run.create_s + time.monotonic() - t
-            wait_for(svc.differences, until=lambda d: not d, timeout=profile.watch_settle_timeout_s, interval=1,
-                     what=f"the per-node Service's slices and Endpoints showing its {size} pods")
+            with phase(f"watch bandwidth: grow the per-node Service to {size} endpoints"):
+                svc.grow(size)
+                run.pods_created, run.create_s = run.pods_created + grown, run.create_s + time.monotonic() - t
+                wait_for(svc.differences, until=lambda d: not d, timeout=profile.watch_settle_timeout_s, interval=1,
+                         what=f"the per-node Service's slices and Endpoints showing its {size} pods")
             run.grow_s += time.monotonic() - t
-            s = measure(api, profile, target, svc, size, say)
+            with phase(f"watch bandwidth: measure {len(APIS) * len(ENCODINGS) * profile.watch_watchers} watch "
+                       f"streams through churn at {size} endpoints"):
+                s = measure(api, profile, target, svc, size, say)
             run.sizes.append(s)
             g = s.group(SLICES, PROTOBUF)
             say(f"  {size} endpoints: {s.churn_changes} changes in {s.churn_seconds:.1f} s; slices/protobuf "
@@ -329,8 +336,9 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
             at_largest(svc)
     finally:
         t = time.monotonic()
-        run.deleted = svc.remove_all()
-        delete_run_pods(api, target.namespace, run_id, timeout=max(300, run.deleted / 10))   # and wait: gone
+        with phase("watch bandwidth: delete the per-node Service and its pods"):
+            run.deleted = svc.remove_all()
+            delete_run_pods(api, target.namespace, run_id, timeout=max(300, run.deleted / 10))   # and wait: gone
         run.delete_s = time.monotonic() - t
     return run
 
