@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from clusterproof.cluster import images, toolchain
+from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.waiting import wait_for
@@ -230,8 +231,10 @@ def _cli(*args: str, env: dict | None = None, user: int | None = None) -> subpro
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _one_line(run: subprocess.CompletedProcess, *expected: str) -> None:
-    assert run.returncode == 4, (run.returncode, run.stdout, run.stderr)
+def _one_line(run: subprocess.CompletedProcess, *expected: str, code: int = exitcodes.USAGE) -> None:
+    """One line on stderr, and the exit code: 4 for bad input, 8 (set-up failed) for a build this machine
+    cannot do (docs/exit-codes.md)."""
+    assert run.returncode == code, (run.returncode, run.stdout, run.stderr)
     assert len(run.stderr.splitlines()) == 1 and run.stderr.startswith("clusterproof: "), run.stderr
     assert "Traceback" not in run.stderr
     for e in expected:
@@ -242,8 +245,9 @@ def test_missing_tools_and_bad_arguments_are_one_line(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
     env = {**os.environ, "PATH": str(empty)}
-    _one_line(_cli("checker", env=env), "no debootstrap on PATH", "apt-get install debootstrap")
-    _one_line(_cli("pause", env=env), "no gcc on PATH", "apt-get install gcc")
+    _one_line(_cli("checker", env=env), "no debootstrap on PATH", "apt-get install debootstrap",
+              code=exitcodes.SETUP_FAILED)
+    _one_line(_cli("pause", env=env), "no gcc on PATH", "apt-get install gcc", code=exitcodes.SETUP_FAILED)
     _one_line(_cli("nginx"), "unknown argument 'nginx'")
     _one_line(_cli("pause", "--import"), "--import needs a containerd socket")
 
@@ -251,7 +255,7 @@ def test_missing_tools_and_bad_arguments_are_one_line(tmp_path):
 def test_checker_build_as_non_root_is_one_line(tmp_path):
     tmp_path.chmod(0o777)
     env = {**os.environ, "CLUSTERPROOF_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
-    _one_line(_cli("checker", env=env, user=65534), "needs root", "sudo")
+    _one_line(_cli("checker", env=env, user=65534), "needs root", "sudo", code=exitcodes.SETUP_FAILED)
 
 
 def test_a_missing_nvidia_ml_py_is_one_line(monkeypatch):
