@@ -216,3 +216,23 @@ def test_scrape_gaps_span_the_window_from_the_scrape_before_to_the_one_after():
                        "values": [[100, "1"], [102, "1"], [106, "1"]]}])
     s = scrapes(fake, 102.5, 103.0, 2.0)
     assert s.max_gap_s["prometheus/a"] == 4 and s.samples["prometheus/a"] == 0
+
+
+@pytest.mark.parametrize("answers, sent", [
+    (["422"], 1),                          # the limit at once
+    (["503", "422"], 2),                   # cut by the timeout first (a starved machine), then the limit
+    (["503", "503", "503"], 3),            # cut every time: the last cut answer is judged (and fails)
+    (["200"], 1),                          # answered whole: judged at once (and fails)
+])
+def test_the_max_samples_query_is_sent_again_only_when_a_deadline_cut_it(monkeypatch, answers, sent):
+    from clusterproof.prometheus import limits
+    from clusterproof.prometheus.client import Answer
+    made = {"422": Answer(422, 0.1, "execution", "query processing would load too many samples into memory"),
+            "503": Answer(503, 0.45, "timeout", "query timed out in expression evaluation"),
+            "200": Answer(200, 0.1)}
+    queue = list(answers)
+    calls = []
+    monkeypatch.setattr(limits, "send_or_no_answer", lambda prom, q, wait, timeout=None: calls.append(q) or
+                        made[queue.pop(0)])
+    a = limits.send_past_the_deadline(None, "q", 5.0)
+    assert len(calls) == sent and a is made[answers[-1]]

@@ -101,6 +101,21 @@ def send_or_no_answer(prom: Prom, q: Query, wait: float, timeout: str | None = N
                       if "timed out" in str(e).lower() or "Timeout" in type(e).__name__ else f"{type(e).__name__}: {e}")
 
 
+def send_past_the_deadline(prom: Prom, q: Query, wait: float, attempts: int = 3) -> Answer:
+    """``send_or_no_answer`` for the query that must reach ``--query.max-samples``: an answer cut by the
+    query timeout first proves nothing either way -- the query never got to load its samples -- so it is
+    sent again, up to ``attempts`` times; the last answer stands (and is judged). On an idle machine the
+    first answer is the 422; on a starved one (the smoke profile's 250 ms timeout, a second cluster
+    running beside it) the first attempt was measured cut at 0.45 s (2026-11-26, the read-only guest run
+    in a fresh-clone ``./proof test``)."""
+    a = send_or_no_answer(prom, q, wait)
+    for _ in range(attempts - 1):
+        if not a.deadline:
+            break
+        a = send_or_no_answer(prom, q, wait)
+    return a
+
+
 def run_pathological(target, profile, burst_factor: int = 3, wait: float | None = None) -> Pathological:
     """``wait``: how long the client waits for each answer (default: the limit + slack + a margin)."""
     prom, server = target.prom, target.server
@@ -125,7 +140,7 @@ def run_pathological(target, profile, burst_factor: int = 3, wait: float | None 
     with PeakRss(server, prom) as rss:
         sent = {q.id: Sent(q, send_or_no_answer(prom, q, wait)) for q in seeds}
         request_timeout = Sent(seeds[0], send_or_no_answer(prom, seeds[0], wait, timeout=asked))
-        max_samples = Sent(over, send_or_no_answer(prom, over, wait))
+        max_samples = Sent(over, send_past_the_deadline(prom, over, wait))
         limited, limited_n = prom.series_count(EVERY_BUCKET, limit=profile.prometheus_series_limit, wait_s=wait)
         n = burst_factor * profile.prometheus_max_concurrency
         queue_before = prom.own_metric(QUEUE_TIME)
