@@ -6,10 +6,12 @@ pods come at R pods/s instead (a steady phase: create i is due at
 ``start + i / R``, whichever user makes it). Pod ``i`` of job ``j`` belongs to
 worker ``k`` of ``W`` when ``(j * N + i) % W == k``, so locust's distributed
 mode (``--master --expect-workers W`` plus W ``--worker`` processes, or
-``--processes W``) splits one burst without two workers creating the same pod.
-Each worker's users pull from that worker's share in job order, and the
-worker quits when its share is done (the master stops when the last worker
-has quit).
+``--processes W``) splits one burst without two workers creating the same pod
+(``clusterproof.burst.plan.Phase.share``). Each worker's users pull from that worker's share in
+job order, and the worker quits when its share is done (the master stops when
+the last worker has quit, or is lost: load/workers.py). Every pod is labelled with
+its creator (``clusterproof.io/created-by: w<index>``); names are fixed by the plan, so the
+harness can complete a lost worker's share without ever making a pod twice.
 
     locust -f load/burst.py --headless -u 32 -r 32 --host https://API:6443 \\
         --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
@@ -29,12 +31,10 @@ from gevent.event import Event
 from locust import events, task
 from locust.exception import StopUser
 
-from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.burst.plan import PHASE_LABEL, Phase, rank_pod
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.kube.pod_spec import pod_body as whole_node_pod
+from clusterproof.load import workers as distributed
 from clusterproof.load.kube_user import KubeApiUser, finish_runner
-
-JOB_LABEL = "clusterproof.io/job"
 
 
 def _env(name: str, default: str) -> str:
@@ -59,11 +59,9 @@ def _burst_args(parser):
 
 
 def pod_body(opts, job: str, index: int) -> dict:
-    """One rank of ``job``: the harness's one pod (clusterproof.kube.pod_spec), a whole node of the shared pool."""
+    """One rank of ``job`` (clusterproof.burst.plan.rank_pod), labelled with this process as its creator."""
     selector = dict([opts.burst_node_selector.split("=", 1)]) if opts.burst_node_selector else None
-    return whole_node_pod(f"{job}-{index:05d}", opts.burst_run_id, gpus=opts.burst_gpus,
-                          labels={JOB_LABEL: job, PHASE_LABEL: opts.burst_job_prefix}, node_selector=selector,
-                          restart_policy="Never")
+    return rank_pod(opts.burst_job_prefix, job, index, opts.burst_run_id, opts.burst_gpus, selector, _Share.creator)
 
 
 class _Share:
@@ -75,6 +73,9 @@ class _Share:
     rate = 0.0          # this worker's share of --burst-rate (pods/s); 0: unpaced
     t0 = 0.0            # when the first create started
     sent = 0            # creates started so far (the next one is due at t0 + sent / rate)
+    creator = "local"   # CREATOR_LABEL value of this process's pods
+    created = 0         # creates that succeeded (told to the master when the share is done)
+    failed = 0
 
 
 @events.spawning_complete.add_listener
@@ -88,19 +89,17 @@ def _go(**_kw):
 @events.test_start.add_listener
 def _plan(environment, **_kw):
     opts, runner = environment.parsed_options, environment.runner
-    if runner is None or type(runner).__name__ == "MasterRunner":
+    if runner is None or distributed.kind(runner) == "master":
         return  # the master only aggregates statistics
     if not opts.burst_namespace or not opts.burst_run_id:
         raise RuntimeError("--burst-namespace and --burst-run-id are required")
     # Workers learn the worker count from the master's --expect-workers.
-    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if runner.worker_index >= 0 else 1
-    if type(runner).__name__ == "LocalRunner":
-        workers = 1
-    me = max(0, runner.worker_index)
-    _Share.queue = deque(
-        (f"{opts.burst_job_prefix}-{j}", i)
-        for j in range(opts.burst_jobs) for i in range(opts.burst_job_size)
-        if (j * opts.burst_job_size + i) % workers == me)
+    worker = distributed.kind(runner) == "worker"
+    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if worker else 1
+    me = max(0, runner.worker_index) if worker else 0
+    phase = Phase(opts.burst_job_prefix, opts.burst_jobs, opts.burst_job_size, opts.burst_rate)
+    _Share.queue = deque(phase.share(workers, me))
+    _Share.creator, _Share.created, _Share.failed = distributed.worker_label(runner), 0, 0
     _Share.active_users = 0
     _Share.go = Event()
     _Share.rate, _Share.sent = opts.burst_rate / workers, 0
@@ -129,11 +128,17 @@ class BurstUser(KubeApiUser):
             _Share.sent += 1
             gevent.sleep(max(0.0, due - time.monotonic()))
         opts = self.environment.parsed_options
-        self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
-                  pod_body(opts, job, i))
+        status, _ = self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
+                              pod_body(opts, job, i))
+        if status in (200, 201):
+            _Share.created += 1
+        else:
+            _Share.failed += 1
 
     def _finish(self):
         _Share.active_users -= 1
         if _Share.active_users <= 0:
+            distributed.worker_done(self.environment, {"created": _Share.created, "failed": _Share.failed,
+                                                       "creator": _Share.creator})
             finish_runner(self.environment)
         raise StopUser()
