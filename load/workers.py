@@ -201,12 +201,17 @@ def _watch(environment) -> None:
             gevent.spawn_later(0.5, runner.quit)
 
 
+def record() -> list[dict]:
+    """The master's record of its workers, in joining order."""
+    return sorted(_Master.workers.values(), key=lambda w: w["index"])
+
+
 def _write() -> None:
     if not _Master.prefix:
         return
     tmp = f"{_Master.prefix}_workers.json.tmp"
     with open(tmp, "w") as f:
-        json.dump({"workers": sorted(_Master.workers.values(), key=lambda w: w["index"]),
+        json.dump({"workers": record(),
                    "seconds": round(time.monotonic() - _Master.started, 2)}, f, indent=2)
     os.replace(tmp, f"{_Master.prefix}_workers.json")
 
