@@ -65,10 +65,11 @@ def pod_body(opts, job: str, index: int) -> dict:
 
 
 class _Share:
-    """This worker's pods, in job order, how many of its users are still working,
-    and the start signal (set once every user of the run is spawned and connected)."""
+    """This worker's pods, in job order, the creates in flight, and the start signal (set once every user of
+    the run is spawned and connected)."""
     queue: deque = deque()
-    active_users = 0
+    inflight = 0        # creates sent and not yet answered
+    done = False        # the share is done and the master told so
     go = Event()
     rate = 0.0          # this worker's share of --burst-rate (pods/s); 0: unpaced
     t0 = 0.0            # when the first create started
@@ -98,18 +99,23 @@ def _plan(environment, **_kw):
     workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if worker else 1
     me = max(0, runner.worker_index) if worker else 0
     phase = Phase(opts.burst_job_prefix, opts.burst_jobs, opts.burst_job_size, opts.burst_rate)
-    _Share.queue = deque(phase.share(workers, me))
+    _Share.queue = deque((job, i, False) for job, i in phase.share(workers, me))
     _Share.creator, _Share.created, _Share.failed = distributed.worker_label(runner), 0, 0
-    _Share.active_users = 0
+    _Share.inflight, _Share.done = 0, False
     _Share.go = Event()
     _Share.rate, _Share.sent = opts.burst_rate / workers, 0
 
 
 class BurstUser(KubeApiUser):
-    """Creates pods from this worker's share until it is empty, then stops."""
+    """Creates pods from this worker's share until it is empty, then stops.
+
+    The share is the process's, not a user's: locust's master moves users between workers when one
+    joins or quits (a user may be stopped mid-create), so a create cut off is put back in the queue
+    and sent again (a 409 then is that first attempt's pod), and the share is done when the queue
+    is empty and no create is in flight, however many users are left.
+    """
 
     def on_start(self):
-        _Share.active_users += 1
         # Open (and authenticate) this user's connection before the burst.
         opts = self.environment.parsed_options
         self.call("GET", f"/api/v1/namespaces/{opts.burst_namespace}/pods?limit=1", "list pods")
@@ -118,26 +124,37 @@ class BurstUser(KubeApiUser):
     @task
     def create_next_pod(self):
         if not _Share.queue:
+            if _Share.inflight:      # stay until the last create is answered: one cut off comes back
+                gevent.sleep(0.05)
+                return
             self._finish()
-        job, i = _Share.queue.popleft()
-        if _Share.rate:
-            # A steady phase: create i is due at t0 + i / rate (t0: the first create), whichever user makes it.
-            if _Share.sent == 0:
-                _Share.t0 = time.monotonic()
-            due = _Share.t0 + _Share.sent / _Share.rate
-            _Share.sent += 1
-            gevent.sleep(max(0.0, due - time.monotonic()))
-        opts = self.environment.parsed_options
-        status, _ = self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
-                              pod_body(opts, job, i))
-        if status in (200, 201):
-            _Share.created += 1
-        else:
-            _Share.failed += 1
+        job, i, again = _Share.queue.popleft()
+        answered = False
+        _Share.inflight += 1
+        try:
+            if _Share.rate and not again:
+                # A steady phase: create i is due at t0 + i / rate (t0: the first create), whichever user makes it.
+                if _Share.sent == 0:
+                    _Share.t0 = time.monotonic()
+                due = _Share.t0 + _Share.sent / _Share.rate
+                _Share.sent += 1
+                gevent.sleep(max(0.0, due - time.monotonic()))
+            opts = self.environment.parsed_options
+            status, _ = self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
+                                  pod_body(opts, job, i), ok=(200, 201, 409) if again else (200, 201))
+            answered = True
+            if status in (200, 201, 409):
+                _Share.created += 1
+            else:
+                _Share.failed += 1
+        finally:
+            _Share.inflight -= 1
+            if not answered:
+                _Share.queue.appendleft((job, i, True))   # this user was stopped mid-create
 
     def _finish(self):
-        _Share.active_users -= 1
-        if _Share.active_users <= 0:
+        if not _Share.queue and _Share.inflight == 0 and not _Share.done:
+            _Share.done = True
             distributed.worker_done(self.environment, {"created": _Share.created, "failed": _Share.failed,
                                                        "creator": _Share.creator})
             finish_runner(self.environment)

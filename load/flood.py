@@ -44,6 +44,7 @@ import random
 import time
 from collections import Counter, deque
 
+import gevent
 from locust import events, task
 from locust.exception import StopUser
 
@@ -83,7 +84,8 @@ class _Plan:
     last_created: dict[str, float] = {}      # seconds after the start when the kind's last create succeeded
     started = 0.0
     other_classification: Counter = Counter()
-    active = 0
+    inflight: dict[str, int] = {}
+    done = False
     spawned = 0
     impatient_users = 0      # this process's first users that are impatient
 
@@ -112,7 +114,7 @@ def _plan(environment, **_kw):
     _Plan.retry_after = {k: Counter() for k in KINDS}
     _Plan.gave_up = {k: [] for k in KINDS}
     _Plan.last_created, _Plan.other_classification = {}, Counter()
-    _Plan.active = _Plan.spawned = 0
+    _Plan.inflight, _Plan.done, _Plan.spawned = {k: 0 for k in KINDS}, False, 0
     _Plan.started = time.monotonic()
     _Plan.noise_until = _Plan.started + opts.flood_seconds
 
@@ -182,7 +184,6 @@ class FloodUser(KubeApiUser):
         impatient = _Plan.spawned < _Plan.impatient_users
         _Plan.spawned += 1
         self.kind, self.honour = ("impatient", False) if impatient else ("honouring", True)
-        _Plan.active += 1
         opts = self.environment.parsed_options
         self.pods = f"/api/v1/namespaces/{opts.flood_namespace}/pods"
         self.retry_jitter_s = opts.flood_retry_jitter
@@ -209,6 +210,9 @@ class FloodUser(KubeApiUser):
         noisy = time.monotonic() < _Plan.noise_until
         queue = _Plan.queue[self.kind]
         if not noisy and not queue:
+            if _Plan.inflight[self.kind]:      # stay until the kind's last create is answered (one cut off comes back)
+                gevent.sleep(0.05)
+                return
             self._finish()
         action = random.choices(("create", "list", "get"), (2, 1, 2))[0] if noisy else "create"
         if action == "create" and queue:
@@ -223,8 +227,18 @@ class FloodUser(KubeApiUser):
     def _create(self, name: str) -> None:
         opts = self.environment.parsed_options
         body = pod_body(name, opts.flood_run_id, scheduler=NO_SCHEDULER, labels={KIND_LABEL: self.kind})
-        status, _ = self.call("POST", self.pods, f"create pod ({self.kind})", body, ok=(201, 409),
-                              attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
+        # locust's master moves users between workers when one joins or quits: a user stopped mid-create puts
+        # its pod back (sent again, a 409 is that first attempt's pod).
+        answered = False
+        _Plan.inflight[self.kind] += 1
+        try:
+            status, _ = self.call("POST", self.pods, f"create pod ({self.kind})", body, ok=(201, 409),
+                                  attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
+            answered = True
+        finally:
+            _Plan.inflight[self.kind] -= 1
+            if not answered:
+                _Plan.queue[self.kind].appendleft(name)
         if status in (201, 409):       # 409: an earlier attempt did create it (its answer was lost)
             _Plan.created[self.kind].append(name)
             _Plan.last_created[self.kind] = time.monotonic() - _Plan.started
@@ -232,8 +246,9 @@ class FloodUser(KubeApiUser):
             _Plan.gave_up[self.kind].append(name)
 
     def _finish(self):
-        _Plan.active -= 1
-        if _Plan.active <= 0:
+        """This user is done; the process, once no kind has a pod left to create or a create in flight."""
+        if not _Plan.done and not any(_Plan.queue.values()) and not any(_Plan.inflight.values()):
+            _Plan.done = True
             distributed.worker_done(self.environment, summary())
             finish_runner(self.environment)
         raise StopUser()

@@ -64,6 +64,7 @@ class _Master:
     prefix = ""
     started = 0.0
     test_started = False
+    initial: set = set()      # the workers the test started with (they got shares)
     quitting = False
 
 
@@ -113,7 +114,7 @@ def _restore_local(environment, **_kw):
     master's paths, which name files on its host, are dropped where the master forwarded their contents."""
     opts, runner = environment.parsed_options, environment.runner
     if kind(runner) == "master":
-        _Master.test_started = True
+        _Master.test_started, _Master.initial = True, set(runner.clients)
         return
     if kind(runner) != "worker" or opts is None:
         return
@@ -183,9 +184,16 @@ def _watch(environment) -> None:
         changed = False
         for cid in list(runner.clients):
             if cid not in _Master.workers:
-                _entry(environment, cid)
+                w = _entry(environment, cid)
                 changed = True
+                if _Master.test_started and cid not in _Master.initial:
+                    # Shares were handed out at the start: a worker joining later (a restarted pod) has none
+                    # and no users; it is not waited for (telling it to quit would make locust re-dispatch
+                    # the users of the ones still working).
+                    w["state"] = "late"
         for cid, w in _Master.workers.items():
+            if cid in runner.clients and w["state"] == "late" and runner.clients[cid].state != "missing":
+                continue
             node = runner.clients.get(cid) if cid in runner.clients else None
             gone = node is None or node.state == "missing"
             if gone and w["state"] == "joined":
@@ -193,9 +201,11 @@ def _watch(environment) -> None:
                 changed = True
         if changed:
             _write()
-        states = [w["state"] for w in _Master.workers.values()]
-        if _Master.test_started and states and "joined" not in states and "lost" in states:
-            # locust quits by itself when the last worker quits normally; not when one was lost.
+        states = [w["state"] for cid, w in _Master.workers.items() if cid in _Master.initial]
+        others = [w["state"] for cid, w in _Master.workers.items() if cid not in _Master.initial]
+        if _Master.test_started and states and "joined" not in states and ("lost" in states or others):
+            # locust quits by itself when the last worker quits normally; not when one was lost, nor while a
+            # late joiner idles.
             _Master.quitting = True
             _write()
             gevent.spawn_later(0.5, runner.quit)
