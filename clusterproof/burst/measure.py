@@ -38,9 +38,9 @@ from kubernetes import client
 
 from clusterproof.burst.plan import CREATOR_LABEL, HARNESS, PHASE_LABEL, Phase, locust_args, pod_name, rank_pod
 from clusterproof.cluster.realnodes import is_component, pod_on
+from clusterproof.core import progress
 from clusterproof.core.locust import LocustResult, Master, lost_line, run_locust
 from clusterproof.core.progress import phase as step
-from clusterproof.core.progress import say
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
 from clusterproof.core.timeparse import parse_time
@@ -244,7 +244,8 @@ def complete_lost_shares(api, profile, phase: Phase, namespace: str, run_id: str
         return "created" if made is not None else ("existed" if err is not None and err.status == 409
                                                    else f"refused {err.status if err is not None else '?'}")
     for w in lost:
-        say(lost_line(w, f"pod creates ({len(phase.share(workers, int(w.get('index', -1))))} in its share)"))
+        progress.logger(__name__).warning(
+            lost_line(w, f"pod creates ({len(phase.share(workers, int(w.get('index', -1))))} in its share)"))
     with step(f"{phase.name} phase: the harness creates the {len(bodies)} pods the lost workers left"):
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(bodies)))) as pool:
             outcomes = list(pool.map(create, bodies))

@@ -114,7 +114,8 @@ def lost_line(w: dict, what: str = "creates") -> str:
     """One log line about a worker lost mid-run."""
     done = sum(r.get("requests", 0) - r.get("failures", 0) for r in w.get("reported", {}).values())
     return (f"locust worker {_who(w)} (index {w.get('index')}) was lost {w.get('lost_s')} s into the run, "
-            f"after reporting {done} successful requests; its unfinished {what} are completed without it")
+            f"after reporting {done} successful requests (a worker reports every 3 s); its unfinished {what} "
+            "are completed without it")
 
 
 @dataclass
