@@ -207,8 +207,9 @@ def _by_creator(api, ns: str, run_id: str, phase: Phase) -> dict[str, int]:
 def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster, profile, namespace, run_id,
                                                                          test_hosts, workers, tmp_path, caplog):
     """Two workers in two network namespaces; the harness's master. First the burst is split (each worker
-    created pods, the sum is the plan, the master's aggregate counts them all); then one worker is killed
-    mid-burst: it is reported and every planned pod exists exactly once."""
+    created pods, the sum is the plan, the master's aggregate counts them all); then the same workers serve
+    the next run's master, and one is killed mid-burst: it is reported and every planned pod exists exactly
+    once."""
     a, b = test_hosts
     p = _profile(profile, test_hosts, ["host-a", "host-b"])
     master = f"{a.host_ip}:{p.load_master_port}"
@@ -230,26 +231,24 @@ def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster
     assert create.requests == split.pods and create.failures == 0, (create, run.locust.failures)
     clear_phase(cluster.api, namespace, run_id, split)
 
-    # 2. one worker killed mid-burst (a paced phase, so there is a "mid")
+    # 2. the same workers join the next run's master (a suite's phases are runs of their own); one of them
+    # is killed mid-burst (a paced phase, so there is a "mid")
     lost = Phase("lost", 2, 12, 4.0)
-    workers.start(a, "host-a2", master, host)
-    workers.start(b, "host-b2", master, host)
-    p2 = p.model_copy(update={"burst_locust_worker_names": ["host-a2", "host-b2"]})
 
     def kill_when_both_created():
         wait_for(lambda: _by_creator(cluster.api, namespace, run_id, lost),
                  until=lambda by: by.get("w0", 0) >= 2 and by.get("w1", 0) >= 2, timeout=120, interval=0.3,
                  what="both workers to create pods")
-        workers.kill("host-b2")
+        workers.kill("host-b")
     killer = threading.Thread(target=kill_when_both_created, daemon=True)
     killer.start()
     with caplog.at_level(logging.INFO, logger="clusterproof"):
-        run = run_phase(cluster.api, p2, lost, namespace, run_id, tmp_path / "lost")
+        run = run_phase(cluster.api, p, lost, namespace, run_id, tmp_path / "lost")
     killer.join(timeout=5)
     f = run.figures
     gone = [w for w in run.locust.workers if w["state"] == "lost"]
-    assert [w["name"] for w in gone] == ["host-b2"] and f["load_workers_lost"] == 1, (run.locust.workers, f)
-    assert any("locust worker host-b2" in r.getMessage() and "was lost" in r.getMessage() for r in caplog.records), \
+    assert [w["name"] for w in gone] == ["host-b"] and f["load_workers_lost"] == 1, (run.locust.workers, f)
+    assert any("locust worker host-b" in r.getMessage() and "was lost" in r.getMessage() for r in caplog.records), \
         [r.getMessage() for r in caplog.records][-10:]
     assert f["pods_in_cluster"] == lost.pods and f["pods_missing_count"] == 0 and not f["pods_unplanned"], f
     assert f["pods_seen"] == lost.pods and f["pods_running"] == lost.pods, f
@@ -262,7 +261,7 @@ def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster
         sorted(share - mine), sorted(mine - share), f)
     assert sum(f["pods_by_creator"].values()) == lost.pods, f
     saved = json.loads(Path(f"{run.locust.csv_prefix}_workers.json").read_text())["workers"]
-    assert [w["state"] for w in saved if w["name"] == "host-b2"] == ["lost"], saved
+    assert [w["state"] for w in saved if w["name"] == "host-b"] == ["lost"], saved
     clear_phase(cluster.api, namespace, run_id, lost)
 
 
