@@ -12,6 +12,7 @@
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
     clusterproof architecture            print the map of the tree (docs/architecture.md)
     clusterproof bench-tables [--write|--check]  the docs' figures tables, from reports/bench/*.json
+    clusterproof load-worker --master HOST:PORT --locustfile burst|flood   a locust worker joining a run's master
 
 Each job is the module named below, run as ``python -m``; its own ``--help``
 says the rest. Exit codes are the job's own, from the one table (``clusterproof.core.exitcodes``,
@@ -34,6 +35,7 @@ JOBS = {
     "images": "clusterproof.cluster.images",
     "host-packages": "clusterproof.cluster.hostpkgs",
     "architecture": "clusterproof.architecture",
+    "load-worker": "clusterproof.core.loadworker",
 }
 BENCHES = ("apf", "bringup", "burst", "knee", "preflight", "prometheus", "watch_bandwidth")
 

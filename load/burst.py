@@ -6,10 +6,12 @@ pods come at R pods/s instead (a steady phase: create i is due at
 ``start + i / R``, whichever user makes it). Pod ``i`` of job ``j`` belongs to
 worker ``k`` of ``W`` when ``(j * N + i) % W == k``, so locust's distributed
 mode (``--master --expect-workers W`` plus W ``--worker`` processes, or
-``--processes W``) splits one burst without two workers creating the same pod.
-Each worker's users pull from that worker's share in job order, and the
-worker quits when its share is done (the master stops when the last worker
-has quit).
+``--processes W``) splits one burst without two workers creating the same pod
+(``clusterproof.burst.plan.Phase.share``). Each worker's users pull from that worker's share in
+job order, and the worker quits when its share is done (the master stops when
+the last worker has quit, or is lost: load/workers.py). Every pod is labelled with
+its creator (``clusterproof.io/created-by: w<index>``); names are fixed by the plan, so the
+harness can complete a lost worker's share without ever making a pod twice.
 
     locust -f load/burst.py --headless -u 32 -r 32 --host https://API:6443 \\
         --kube-token-file TOKEN --burst-namespace NS --burst-run-id RUN \\
@@ -29,12 +31,10 @@ from gevent.event import Event
 from locust import events, task
 from locust.exception import StopUser
 
-from clusterproof.burst.plan import PHASE_LABEL
+from clusterproof.burst.plan import PHASE_LABEL, Phase, rank_pod
 from clusterproof.core.run import RUN_LABEL
-from clusterproof.kube.pod_spec import pod_body as whole_node_pod
+from clusterproof.load import workers as distributed
 from clusterproof.load.kube_user import KubeApiUser, finish_runner
-
-JOB_LABEL = "clusterproof.io/job"
 
 
 def _env(name: str, default: str) -> str:
@@ -59,22 +59,24 @@ def _burst_args(parser):
 
 
 def pod_body(opts, job: str, index: int) -> dict:
-    """One rank of ``job``: the harness's one pod (clusterproof.kube.pod_spec), a whole node of the shared pool."""
+    """One rank of ``job`` (clusterproof.burst.plan.rank_pod), labelled with this process as its creator."""
     selector = dict([opts.burst_node_selector.split("=", 1)]) if opts.burst_node_selector else None
-    return whole_node_pod(f"{job}-{index:05d}", opts.burst_run_id, gpus=opts.burst_gpus,
-                          labels={JOB_LABEL: job, PHASE_LABEL: opts.burst_job_prefix}, node_selector=selector,
-                          restart_policy="Never")
+    return rank_pod(opts.burst_job_prefix, job, index, opts.burst_run_id, opts.burst_gpus, selector, _Share.creator)
 
 
 class _Share:
-    """This worker's pods, in job order, how many of its users are still working,
-    and the start signal (set once every user of the run is spawned and connected)."""
+    """This worker's pods, in job order, the creates in flight, and the start signal (set once every user of
+    the run is spawned and connected)."""
     queue: deque = deque()
-    active_users = 0
+    inflight = 0        # creates sent and not yet answered
+    done = False        # the share is done and the master told so
     go = Event()
     rate = 0.0          # this worker's share of --burst-rate (pods/s); 0: unpaced
     t0 = 0.0            # when the first create started
     sent = 0            # creates started so far (the next one is due at t0 + sent / rate)
+    creator = "local"   # CREATOR_LABEL value of this process's pods
+    created = 0         # creates that succeeded (told to the master when the share is done)
+    failed = 0
 
 
 @events.spawning_complete.add_listener
@@ -88,29 +90,32 @@ def _go(**_kw):
 @events.test_start.add_listener
 def _plan(environment, **_kw):
     opts, runner = environment.parsed_options, environment.runner
-    if runner is None or type(runner).__name__ == "MasterRunner":
+    if runner is None or distributed.kind(runner) == "master":
         return  # the master only aggregates statistics
     if not opts.burst_namespace or not opts.burst_run_id:
         raise RuntimeError("--burst-namespace and --burst-run-id are required")
     # Workers learn the worker count from the master's --expect-workers.
-    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if runner.worker_index >= 0 else 1
-    if type(runner).__name__ == "LocalRunner":
-        workers = 1
-    me = max(0, runner.worker_index)
-    _Share.queue = deque(
-        (f"{opts.burst_job_prefix}-{j}", i)
-        for j in range(opts.burst_jobs) for i in range(opts.burst_job_size)
-        if (j * opts.burst_job_size + i) % workers == me)
-    _Share.active_users = 0
+    worker = distributed.kind(runner) == "worker"
+    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if worker else 1
+    me = max(0, runner.worker_index) if worker else 0
+    phase = Phase(opts.burst_job_prefix, opts.burst_jobs, opts.burst_job_size, opts.burst_rate)
+    _Share.queue = deque((job, i, False) for job, i in phase.share(workers, me))
+    _Share.creator, _Share.created, _Share.failed = distributed.worker_label(runner), 0, 0
+    _Share.inflight, _Share.done = 0, False
     _Share.go = Event()
     _Share.rate, _Share.sent = opts.burst_rate / workers, 0
 
 
 class BurstUser(KubeApiUser):
-    """Creates pods from this worker's share until it is empty, then stops."""
+    """Creates pods from this worker's share until it is empty, then stops.
+
+    The share is the process's, not a user's: locust's master moves users between workers when one
+    joins or quits (a user may be stopped mid-create), so a create cut off is put back in the queue
+    and sent again (a 409 then is that first attempt's pod), and the share is done when the queue
+    is empty and no create is in flight, however many users are left.
+    """
 
     def on_start(self):
-        _Share.active_users += 1
         # Open (and authenticate) this user's connection before the burst.
         opts = self.environment.parsed_options
         self.call("GET", f"/api/v1/namespaces/{opts.burst_namespace}/pods?limit=1", "list pods")
@@ -119,21 +124,38 @@ class BurstUser(KubeApiUser):
     @task
     def create_next_pod(self):
         if not _Share.queue:
+            if _Share.inflight:      # stay until the last create is answered: one cut off comes back
+                gevent.sleep(0.05)
+                return
             self._finish()
-        job, i = _Share.queue.popleft()
-        if _Share.rate:
-            # A steady phase: create i is due at t0 + i / rate (t0: the first create), whichever user makes it.
-            if _Share.sent == 0:
-                _Share.t0 = time.monotonic()
-            due = _Share.t0 + _Share.sent / _Share.rate
-            _Share.sent += 1
-            gevent.sleep(max(0.0, due - time.monotonic()))
-        opts = self.environment.parsed_options
-        self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
-                  pod_body(opts, job, i))
+        job, i, again = _Share.queue.popleft()
+        answered = False
+        _Share.inflight += 1
+        try:
+            if _Share.rate and not again:
+                # A steady phase: create i is due at t0 + i / rate (t0: the first create), whichever user makes it.
+                if _Share.sent == 0:
+                    _Share.t0 = time.monotonic()
+                due = _Share.t0 + _Share.sent / _Share.rate
+                _Share.sent += 1
+                gevent.sleep(max(0.0, due - time.monotonic()))
+            opts = self.environment.parsed_options
+            status, _ = self.call("POST", f"/api/v1/namespaces/{opts.burst_namespace}/pods", "create pod",
+                                  pod_body(opts, job, i), ok=(200, 201, 409) if again else (200, 201))
+            answered = True
+            if status in (200, 201, 409):
+                _Share.created += 1
+            else:
+                _Share.failed += 1
+        finally:
+            _Share.inflight -= 1
+            if not answered:
+                _Share.queue.appendleft((job, i, True))   # this user was stopped mid-create
 
     def _finish(self):
-        _Share.active_users -= 1
-        if _Share.active_users <= 0:
+        if not _Share.queue and _Share.inflight == 0 and not _Share.done:
+            _Share.done = True
+            distributed.worker_done(self.environment, {"created": _Share.created, "failed": _Share.failed,
+                                                       "creator": _Share.creator})
             finish_runner(self.environment)
         raise StopUser()

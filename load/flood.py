@@ -22,9 +22,16 @@ API objects, so the flood loads the apiserver, not the scheduler or kwok.
 
 Every response's APF headers are compared with the expected FlowSchema and
 PriorityLevel UIDs (``--flood-fs-uid``/``--flood-pl-uid``), every 429's
-``Retry-After`` is recorded, and at the end this process writes
-``<csv prefix>_flood.json`` with per-kind counts (one locust process: the
-flood is light for the generator, the apiserver is what saturates).
+``Retry-After`` is recorded, and at the end ``<csv prefix>_flood.json`` holds
+the per-kind counts.
+
+Distributed mode (``--master --expect-workers W`` and W workers,
+``clusterproof load-worker --locustfile flood``): worker ``k`` creates the pods
+``i % W == k`` of each kind, and its first users (in the flood's proportion,
+at least one of each kind) are the impatient ones, so every worker has a client
+of each kind for its share. Each worker sends its counts to the master when its
+share is done (load/workers.py); the master writes ``_flood.json`` from them,
+with the workers it lost and the pods their shares left uncreated.
 
     locust -f load/flood.py --headless -u 48 -r 48 --host https://API:6443 \\
         --kube-token-file TOKEN --flood-namespace NS --flood-run-id RUN --flood-pods 200 \\
@@ -37,11 +44,13 @@ import random
 import time
 from collections import Counter, deque
 
+import gevent
 from locust import events, task
 from locust.exception import StopUser
 
 from clusterproof.apf.flood_plan import KIND_LABEL, KINDS, NO_SCHEDULER, pod_names, split
 from clusterproof.kube.pod_spec import pod_body
+from clusterproof.load import workers as distributed
 from clusterproof.load.kube_user import KubeApiUser, finish_runner, locust_environment
 
 # clusterproof.kube.flowcontrol's names (locust does not import the client)
@@ -75,37 +84,43 @@ class _Plan:
     last_created: dict[str, float] = {}      # seconds after the start when the kind's last create succeeded
     started = 0.0
     other_classification: Counter = Counter()
-    active = 0
+    inflight: dict[str, int] = {}
+    done = False
+    spawned = 0
+    impatient_users = 0      # this process's first users that are impatient
 
 
-@events.init.add_listener
+def impatient_users(users: int, fraction: float) -> int:
+    """Of ``users`` local users, how many ignore Retry-After: the flood's proportion, at least one of each kind
+    when there are two users or more (each kind has pods to create)."""
+    if fraction <= 0 or users <= 0:
+        return 0
+    return min(max(1, users - 1), max(1, round(users * fraction)))
+
+
+@events.test_start.add_listener
 def _plan(environment, **_kw):
-    opts = environment.parsed_options
-    if opts is None or not opts.flood_namespace:
+    """This process's share (on a worker: after the master's arguments arrived)."""
+    opts, runner = environment.parsed_options, environment.runner
+    if opts is None or not opts.flood_namespace or distributed.kind(runner) == "master":
         return
-    users = int(getattr(opts, "num_users", 0) or 0)
-    ImpatientUser.fixed_count = min(users, max(1, round(users * opts.flood_impatient_fraction))) \
-        if opts.flood_impatient_fraction > 0 else 0
+    worker = distributed.kind(runner) == "worker"
+    workers = max(1, int(getattr(opts, "expect_workers", 1) or 1)) if worker else 1
+    me = max(0, runner.worker_index) if worker else 0
     counts = split(opts.flood_pods, opts.flood_impatient_fraction)
-    _Plan.queue = {k: deque(pod_names(k, counts[k])) for k in KINDS}
+    _Plan.queue = {k: deque(n for i, n in enumerate(pod_names(k, counts[k])) if i % workers == me) for k in KINDS}
     _Plan.created = {k: [] for k in KINDS}
     _Plan.stats = {k: Counter() for k in KINDS}
     _Plan.retry_after = {k: Counter() for k in KINDS}
     _Plan.gave_up = {k: [] for k in KINDS}
-
-
-@events.test_start.add_listener
-def _start(environment, **_kw):
+    _Plan.last_created, _Plan.other_classification = {}, Counter()
+    _Plan.inflight, _Plan.done, _Plan.spawned = {k: 0 for k in KINDS}, False, 0
     _Plan.started = time.monotonic()
-    _Plan.noise_until = _Plan.started + environment.parsed_options.flood_seconds
+    _Plan.noise_until = _Plan.started + opts.flood_seconds
 
 
-@events.quit.add_listener
-def _summary(exit_code, **_kw):
-    env = locust_environment()
-    prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
-    if not prefix:
-        return
+def summary() -> dict:
+    """This process's counts per kind."""
     out = {k: {"planned": len(_Plan.created.get(k, [])) + len(_Plan.queue.get(k, [])) + len(_Plan.gave_up.get(k, [])),
                "created": len(_Plan.created.get(k, [])), "not_attempted": len(_Plan.queue.get(k, [])),
                "gave_up": _Plan.gave_up.get(k, []), "responses": dict(_Plan.stats.get(k, {})),
@@ -113,17 +128,62 @@ def _summary(exit_code, **_kw):
                "last_create_s": round(_Plan.last_created.get(k, 0.0), 1)}
            for k in KINDS}
     out["other_classification"] = dict(_Plan.other_classification.most_common(5))
+    return out
+
+
+def merged(opts, parts: list[dict], lost: list[str]) -> dict:
+    """The master's summary from its workers' (pure): counts summed, and what lost workers' shares left."""
+    planned = split(opts.flood_pods, opts.flood_impatient_fraction)
+    out: dict = {}
+    for k in KINDS:
+        ps = [p[k] for p in parts if k in p]
+        created, gave_up = sum(p["created"] for p in ps), [n for p in ps for n in p["gave_up"]]
+        responses, retry = Counter(), Counter()
+        for p in ps:
+            responses.update(p["responses"])
+            retry.update(p["retry_after_s"])
+        out[k] = {"planned": planned[k], "created": created, "not_attempted": planned[k] - created - len(gave_up),
+                  "gave_up": gave_up, "responses": dict(responses),
+                  "retry_after_s": dict(sorted(retry.items(), key=lambda kv: float(kv[0]) if kv[0] != "none" else 0)),
+                  "last_create_s": max((p["last_create_s"] for p in ps), default=0.0)}
+    other = Counter()
+    for p in parts:
+        other.update(p.get("other_classification", {}))
+    out["other_classification"] = dict(other.most_common(5))
+    out["workers"] = len(parts) + len(lost)
+    out["lost_workers"] = lost
+    return out
+
+
+@events.quit.add_listener
+def _summary(exit_code, **_kw):
+    env = locust_environment()
+    prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
+    if not prefix or distributed.kind(env.runner) == "worker" or not env.parsed_options.flood_namespace:
+        return
+    if distributed.kind(env.runner) == "master":
+        ws = distributed.record()
+        out = merged(env.parsed_options, [w["summary"] for w in ws if w["state"] == "done"],
+                     [w["name"] for w in ws if w["state"] != "done"])
+    else:
+        out = summary()
     with open(f"{prefix}_flood.json", "w") as f:
         json.dump(out, f, indent=2)
 
 
 class FloodUser(KubeApiUser):
-    abstract = True
-    kind = ""
+    """One flood client: impatient (ignores Retry-After) if among this process's first
+    ``impatient_users`` users, else honouring."""
+    kind = "honouring"
     honour = True
 
     def on_start(self):
-        _Plan.active += 1
+        if _Plan.spawned == 0:
+            users = int(getattr(self.environment.runner, "target_user_count", 0) or 0)
+            _Plan.impatient_users = impatient_users(users, self.environment.parsed_options.flood_impatient_fraction)
+        impatient = _Plan.spawned < _Plan.impatient_users
+        _Plan.spawned += 1
+        self.kind, self.honour = ("impatient", False) if impatient else ("honouring", True)
         opts = self.environment.parsed_options
         self.pods = f"/api/v1/namespaces/{opts.flood_namespace}/pods"
         self.retry_jitter_s = opts.flood_retry_jitter
@@ -150,6 +210,9 @@ class FloodUser(KubeApiUser):
         noisy = time.monotonic() < _Plan.noise_until
         queue = _Plan.queue[self.kind]
         if not noisy and not queue:
+            if _Plan.inflight[self.kind]:      # stay until the kind's last create is answered (one cut off comes back)
+                gevent.sleep(0.05)
+                return
             self._finish()
         action = random.choices(("create", "list", "get"), (2, 1, 2))[0] if noisy else "create"
         if action == "create" and queue:
@@ -164,8 +227,18 @@ class FloodUser(KubeApiUser):
     def _create(self, name: str) -> None:
         opts = self.environment.parsed_options
         body = pod_body(name, opts.flood_run_id, scheduler=NO_SCHEDULER, labels={KIND_LABEL: self.kind})
-        status, _ = self.call("POST", self.pods, f"create pod ({self.kind})", body, ok=(201, 409),
-                              attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
+        # locust's master moves users between workers when one joins or quits: a user stopped mid-create puts
+        # its pod back (sent again, a 409 is that first attempt's pod).
+        answered = False
+        _Plan.inflight[self.kind] += 1
+        try:
+            status, _ = self.call("POST", self.pods, f"create pod ({self.kind})", body, ok=(201, 409),
+                                  attempts=opts.flood_max_attempts, honour_retry_after=self.honour)
+            answered = True
+        finally:
+            _Plan.inflight[self.kind] -= 1
+            if not answered:
+                _Plan.queue[self.kind].appendleft(name)
         if status in (201, 409):       # 409: an earlier attempt did create it (its answer was lost)
             _Plan.created[self.kind].append(name)
             _Plan.last_created[self.kind] = time.monotonic() - _Plan.started
@@ -173,16 +246,9 @@ class FloodUser(KubeApiUser):
             _Plan.gave_up[self.kind].append(name)
 
     def _finish(self):
-        _Plan.active -= 1
-        if _Plan.active <= 0:
+        """This user is done; the process, once no kind has a pod left to create or a create in flight."""
+        if not _Plan.done and not any(_Plan.queue.values()) and not any(_Plan.inflight.values()):
+            _Plan.done = True
+            distributed.worker_done(self.environment, summary())
             finish_runner(self.environment)
         raise StopUser()
-
-
-class HonouringUser(FloodUser):
-    kind, honour = "honouring", True
-
-
-class ImpatientUser(FloodUser):
-    kind, honour = "impatient", False
-    fixed_count = 0

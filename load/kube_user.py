@@ -7,7 +7,9 @@ one locust request event with a few fixed names ("create pod", "list pods",
 have a row per pod.
 
 Identity: a bearer token of a ServiceAccount (``clusterproof.kube.tokens``), read from a
-file so it never appears on a command line or in a log. The admin
+file so it never appears on a command line or in a log. In locust's distributed mode a worker on
+another host uses its own ``--kube-*`` values if given, else the token and CA the master forwards
+(``load/workers.py``). The admin
 certificate is in ``system:masters``, which API Priority and Fairness
 exempts; load sent with it would never see a 429.
 
@@ -28,6 +30,8 @@ import gevent
 from locust import FastHttpUser, constant, events
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+from clusterproof.load import workers
+
 TOKEN_FILE_ENV = "CLUSTERPROOF_KUBE_TOKEN_FILE"
 CA_FILE_ENV = "CLUSTERPROOF_KUBE_CA_FILE"
 
@@ -38,6 +42,11 @@ def _kube_args(parser):
                         help="file holding the bearer token (a ServiceAccount's, never an exempt admin)")
     parser.add_argument("--kube-ca-file", default=os.environ.get(CA_FILE_ENV, ""),
                         help="CA bundle of the API server (default: do not verify)")
+    parser.add_argument("--kube-server", default=os.environ.get("CLUSTERPROOF_KUBE_SERVER", ""),
+                        help="API server URL as this host reaches it (a worker: default the master's --host)")
+    parser.add_argument("--kube-tls-server-name", default="",
+                        help="name to verify the API server's certificate against, when the URL's host is not in "
+                             "it (kubectl's tls-server-name), e.g. kubernetes")
     parser.add_argument("--kube-max-retries", type=int, default=5,
                         help="retries of a 429 after its Retry-After (client-go retries 429s too)")
     parser.add_argument("--kube-impersonate-user", default="",
@@ -70,7 +79,7 @@ def _final_csv(exit_code, **_kw):
     """
     env = locust_environment()
     prefix = getattr(env.parsed_options, "csv_prefix", None) if env and env.parsed_options else None
-    if not prefix or type(env.runner).__name__ == "WorkerRunner":
+    if not prefix or workers.kind(env.runner) == "worker":
         return
     writer = StatsCSV(env, PERCENTILES_TO_REPORT)
     with open(f"{prefix}_final_stats.csv", "w", newline="") as f:
@@ -88,17 +97,32 @@ def finish_runner(environment) -> None:
     runner = environment.runner
 
     def _quit():
-        if type(runner).__name__ == "WorkerRunner":
+        if workers.kind(runner) == "worker":
             runner._send_stats()
         runner.quit()
     gevent.spawn_later(0.1, _quit)
 
 
-def _read_token(path: str) -> str:
-    if not path:
+def _read_token(opts) -> str:
+    path = getattr(opts, "kube_token_file", "") if opts else os.environ.get(TOKEN_FILE_ENV, "")
+    if path:
+        with open(path) as f:
+            return f.read().strip()
+    forwarded = getattr(opts, "kube_token_value", "") if opts else ""
+    if not forwarded:
         raise RuntimeError(f"no token: pass --kube-token-file or set {TOKEN_FILE_ENV}")
-    with open(path) as f:
-        return f.read().strip()
+    return forwarded
+
+
+def ssl_context(cafile: str = "", cadata: str = "", server_name: str = ""):
+    """Verify the API server against its CA (a file, or the PEM the master forwarded), hostname checks on;
+    against ``server_name`` instead of the URL's host when given (the certificate's name for it)."""
+    ctx = ssl.create_default_context(cafile=cafile or None, cadata=cadata or None)
+    if server_name:
+        wrap = ctx.wrap_socket
+        ctx.wrap_socket = lambda sock, *a, server_hostname=None, **kw: wrap(sock, *a, server_hostname=server_name,
+                                                                           **kw)
+    return ctx
 
 
 class KubeApiUser(FastHttpUser):
@@ -114,12 +138,16 @@ class KubeApiUser(FastHttpUser):
     def __init__(self, environment):
         opts = environment.parsed_options
         ca = getattr(opts, "kube_ca_file", "") if opts else ""
-        if ca:
+        pem = getattr(opts, "kube_ca_pem", "") if opts and not ca else ""
+        if ca or pem:
             # Verify the server against its own CA (hostname checks stay on).
             self.insecure = False
-            self.ssl_context_factory = lambda: ssl.create_default_context(cafile=ca)
+            name = getattr(opts, "kube_tls_server_name", "")
+            self.ssl_context_factory = lambda: ssl_context(ca, pem, name)
+        if opts and getattr(opts, "kube_server", ""):
+            self.host = opts.kube_server          # this host's way to the API server (a worker elsewhere)
         super().__init__(environment)
-        token = _read_token(getattr(opts, "kube_token_file", "") if opts else os.environ.get(TOKEN_FILE_ENV, ""))
+        token = _read_token(opts)
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                          "Accept": "application/json", **impersonation(opts)}
         self.max_retries = getattr(opts, "kube_max_retries", 5) if opts else 5

@@ -213,6 +213,10 @@ BAD = [
     pytest.param(["slo_pod_startup_p99_s=0"], "slo_pod_startup_p99_s must be > 0", id="impossible-slo"),
     pytest.param(["burst_users=1", "burst_locust_processes=2"], "every locust worker needs a user",
                  id="more-workers-than-users"),
+    pytest.param(["burst_locust_workers=2", "burst_locust_processes=2"], "remote workers or local processes, not both",
+                 id="remote-and-local-workers"),
+    pytest.param(["burst_locust_workers=2", "burst_locust_worker_names=a"],
+                 "burst_locust_worker_names lists 1 names but burst_locust_workers is 2", id="worker-names-short"),
 ]
 
 

@@ -7,7 +7,17 @@ from typing import Annotated
 
 from pydantic import Field
 
-from clusterproof.core.keygroup import KeyGroup, NonNegFloat, ObjectName, ObjectNameOrEmpty, ObjectNames, Pos, PosFloat
+from clusterproof.core.keygroup import (
+    KeyGroup,
+    NonNeg,
+    NonNegFloat,
+    ObjectName,
+    ObjectNameOrEmpty,
+    ObjectNames,
+    Pos,
+    PosFloat,
+    worker_names,
+)
 
 
 class ApfKeys(KeyGroup):
@@ -27,6 +37,8 @@ class ApfKeys(KeyGroup):
     apf_flood_impatient_fraction: Annotated[float, Field(ge=0, lt=1)]
     apf_flood_max_attempts: Pos
     apf_flood_timeout_s: Pos
+    apf_flood_locust_workers: NonNeg
+    apf_flood_locust_worker_names: list[str]
     apf_probe_rate: Annotated[float, Field(gt=0, le=50)]
     apf_probe_pods: Pos
     apf_baseline_s: PosFloat
@@ -40,7 +52,12 @@ class ApfKeys(KeyGroup):
 
     @staticmethod
     def rules(p) -> None:
-        """A flood identity APF does not exempt, a valid queuing configuration."""
+        """A flood identity APF does not exempt, a valid queuing configuration; both kinds of client on every
+        remote worker."""
+        if p.apf_flood_locust_workers and p.apf_flood_users < 2 * p.apf_flood_locust_workers:
+            raise ValueError(f"apf_flood_users ({p.apf_flood_users}) must be >= 2 x apf_flood_locust_workers "
+                             f"({p.apf_flood_locust_workers}): every worker runs both kinds of client")
+        worker_names(p.apf_flood_locust_workers, p.apf_flood_locust_worker_names, "apf_flood_locust")
         privileged = "system:masters"
         if privileged in (p.apf_flood_group, p.apf_flood_user):
             raise ValueError(f"the flood identity is in {privileged} (apf_flood_user/apf_flood_group), which API "

@@ -33,7 +33,7 @@ from clusterproof.apf.flood_plan import KIND_LABEL
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
-from clusterproof.core.locust import LocustResult, run_locust
+from clusterproof.core.locust import LocustResult, Master, run_locust
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import flowcontrol as apf
@@ -257,7 +257,9 @@ def measure_flood(api: client.ApiClient, profile, run_id: str, flow: FloodFlow, 
             result = run_locust("load/flood.py", api.configuration.host, profile.apf_flood_users,
                                 locust_args(profile, flood_ns, run_id, flood_ident, flow), workdir / "locust-flood",
                                 timeout_s=profile.apf_flood_timeout_s,
-                                status=lambda: f"the well-behaved client sent {len(prober.snapshot())} requests")
+                                status=lambda: f"the well-behaved client sent {len(prober.snapshot())} requests",
+                                master=Master.of(profile, profile.apf_flood_locust_workers,
+                                                 profile.apf_flood_locust_worker_names))
         phases.flood_end = time.monotonic()
         prober.pod_budget = 0
         with progress.phase("api overload: recovery after the flood"):

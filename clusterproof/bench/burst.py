@@ -10,6 +10,13 @@ created on one pod watch, first to last); ``create_rate_ratio`` =
 locust / thread pool, target >= 0.9 (the generator is not the bottleneck).
 
     python -m clusterproof.bench.burst [--profile smoke] [--set key=value ...] [--kubeconfig PATH]
+    python -m clusterproof.bench.burst --workers 1,2,4     # reports/bench/burst_workers.json
+
+With ``--workers``: the same burst on locust's distributed mode, once per worker count, the
+harness's master and that many ``clusterproof load-worker`` processes started on this machine
+(over loopback; the same users in all), and the create rate per count -- where adding generator
+processes stops raising it, the API server (or, on one machine, the cores it shares with the
+generator) is the limit.
 
 Then one gang of ``burst_job_size`` pods goes through Coscheduling (started
 by the harness on the embedded cluster, as in the gang suite) and its
@@ -17,6 +24,8 @@ admission latency (last create -> all bound) is recorded.
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +39,11 @@ from clusterproof.burst import plan
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
 from clusterproof.burst.plan import PHASE_LABEL
 from clusterproof.cluster import coscheduling, toolchain
+from clusterproof.cluster.kwok import free_port
+from clusterproof.core import loadworker
+from clusterproof.core.errors import HarnessError
+from clusterproof.core.locust import ROOT
+from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout
@@ -117,11 +131,104 @@ def gang_admission(c, profile, ns: str, run_id: str, say) -> dict:
         delete_run_pods(c.api, ns, run_id, timeout=300)
 
 
+def worker_counts(value: str) -> list[int]:
+    try:
+        counts = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise HarnessError(f"--workers {value!r}: worker counts, e.g. 1,2,4")
+    return counts
+
+
+def burst_on_workers(c, profile, ns: str, workers: int, work: Path) -> dict:
+    """One burst with ``workers`` local ``load-worker`` processes joining the harness's master over loopback."""
+    port = free_port()
+    names = [f"bench-{k}" for k in range(1, workers + 1)]
+    p = profile.model_copy(update={"burst_locust_workers": workers, "burst_locust_worker_names": names,
+                                   "burst_locust_processes": 1, "load_master_bind": "127.0.0.1",
+                                   "load_master_port": port, "load_workers_wait_s": 60.0})
+    work.mkdir(parents=True, exist_ok=True)
+    procs = []
+    try:
+        for name in names:
+            with open(work / f"{name}.log", "w") as log:
+                procs.append(subprocess.Popen(loadworker.command(f"127.0.0.1:{port}", "burst", name), cwd=ROOT,
+                                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                              preexec_fn=own_session_dying_with_parent))
+        run = run_phase(c.api, p, plan.burst(p), ns, c.run_id, work / "locust")
+    finally:
+        for proc in procs:
+            stop_group(proc, grace_s=5)
+    f = run.figures
+    return {"workers": workers, "create_qps": f["create_qps"], "create_latency_p50_s": f["create_latency_p50_s"],
+            "create_latency_p99_s": f["create_latency_p99_s"],
+            "create_latency_server_p99_s": f.get("create_latency_server_p99_s"),
+            "pods_created": f["create_requests"] - f["create_failures"], "responses_429": f["responses_429"],
+            "pods_by_creator": f.get("pods_by_creator"), "incomplete": run.incomplete, "interrupted": run.interrupted}
+
+
+def generator_limit(rows: list[dict], gain: float = 1.1) -> str:
+    """Where more generator processes stop raising the create rate (pure): the first count whose rate is
+    below ``gain`` x the previous count's."""
+    for prev, row in zip(rows, rows[1:]):
+        if prev["create_qps"] and row["create_qps"] < gain * prev["create_qps"]:
+            return (f"the generator stops being the limit at {prev['workers']} worker(s): {row['workers']} workers "
+                    f"created {row['create_qps']} pods/s against {prev['create_qps']} (not "
+                    f"{(gain - 1) * 100:.0f} % more); the API server's own create p99 went "
+                    f"{prev['create_latency_server_p99_s']} -> {row['create_latency_server_p99_s']} s")
+    last = rows[-1]
+    return (f"the create rate still rose up to {last['workers']} workers ({last['create_qps']} pods/s): the "
+            "generator is the limit throughout; try more workers")
+
+
+def workers_main(args, profile, argv: list[str]) -> int:
+    counts = worker_counts(args.workers)
+    if profile.burst_users < max(counts):
+        raise HarnessError(f"--workers {args.workers}: burst_users ({profile.burst_users}) must be >= every count")
+    out = args.out if args.out != common.OUT_DIR / "burst.json" else common.OUT_DIR / "burst_workers.json"
+    runs: dict[int, list[dict]] = {w: [] for w in counts}
+    with common.cluster(args, profile) as c, common.namespace(c, "burst") as ns, \
+            tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:
+        # Interleaved (1, 2, 4, 1, 2, 4, ...), best of each count kept: the machine's other load comes and goes.
+        for r in range(args.repeat):
+            for w in counts:
+                common.say(f"burst {r + 1}/{args.repeat} on {w} locust worker(s): {plan.burst(profile).pods} pods, "
+                           f"{profile.burst_users} users")
+                runs[w].append(burst_on_workers(c, profile, ns, w, Path(tmp) / f"w{w}-{r}"))
+                delete_run_pods(c.api, ns, c.run_id, timeout=300)
+        rows = [max(runs[w], key=lambda x: x["create_qps"]) for w in counts]
+        verdict = generator_limit(rows)
+        figs = [fig for r in rows for fig in (
+            common.figure("burst_workers", f"create_qps_{r['workers']}_workers", r["create_qps"], "pods/s"),
+            common.figure("burst_workers", f"create_latency_server_p99_s_{r['workers']}_workers",
+                          r["create_latency_server_p99_s"], "s"))]
+        result = {**common.header(argv, c, profile, "clusterproof.bench.burst"),
+                  "burst": {"jobs": profile.burst_jobs, "job_size": profile.burst_job_size,
+                            "users": profile.burst_users,
+                            "workers": "clusterproof load-worker processes on this machine (loopback)"},
+                  **common.values(figs), "per_worker_count": rows, "limit": verdict, "repeat": args.repeat,
+                  "all_runs": {str(w): [x["create_qps"] for x in runs[w]] for w in counts},
+                  "note": f"{os.cpu_count()} cores shared by the generator and the whole control plane"}
+    common.write(out, result, figs)
+    common.say(verdict)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = common.parser(__doc__, "smoke", "burst.json")
     ap.add_argument("--repeat", type=int, default=1, help="bursts per client (alternating), best kept")
+    ap.add_argument("--workers", default="", help="worker counts, e.g. 1,2,4: the create rate per count "
+                                                  "(reports/bench/burst_workers.json)")
     args = ap.parse_args(argv)
     profile = common.load(args)
+    if args.workers:
+        try:
+            return workers_main(args, profile, argv)
+        except HarnessError as e:
+            print(f"clusterproof: {e}", file=sys.stderr)
+            return 4
     runs = []
     with common.cluster(args, profile, coscheduling=True) as c, common.namespace(c, "burst") as ns, \
             tempfile.TemporaryDirectory(prefix="cp-bench-burst-") as tmp:

@@ -15,21 +15,31 @@ Every figure is taken twice where it can be, and both are reported:
   the objects' own timestamps (creationTimestamp -> Ready
   lastTransitionTime, 1 s resolution) -- the cluster's latency, without
   the watch's delivery lag. The lag itself is reported at both ends.
+
+Distributed load (``burst_locust_workers`` remote workers, ``clusterproof load-worker``): the
+figures are the master's aggregate. A worker lost mid-phase is reported (a log line, the
+workers' table in the figures, the master's record attached), and the harness creates what
+is missing of its share itself: pod names are fixed by the plan, so a create of a pod the lost
+worker did make (its answer never reported, or the worker only cut off, still running) meets
+409 AlreadyExists and can never make a second pod. Who created each pod is on the pod
+(``clusterproof.io/created-by``); the phase's census counts them from the cluster.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 import threading
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import allure
 from kubernetes import client
 
-from clusterproof.burst.plan import PHASE_LABEL, Phase, locust_args
+from clusterproof.burst.plan import CREATOR_LABEL, HARNESS, PHASE_LABEL, Phase, locust_args, pod_name, rank_pod
 from clusterproof.cluster.realnodes import is_component, pod_on
-from clusterproof.core.locust import LocustResult, run_locust
+from clusterproof.core import progress
+from clusterproof.core.locust import LocustResult, Master, lost_line, run_locust
 from clusterproof.core.progress import phase as step
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
@@ -38,7 +48,7 @@ from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import apimetrics
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.informer import InformerError
-from clusterproof.kube.pods import create_pods, delete_selected, list_pods
+from clusterproof.kube.pods import create_pods, delete_selected, list_pods, try_create
 from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s
 from clusterproof.kube.tokens import create_load_identity
 from clusterproof.report.plots import Figure, Series
@@ -113,6 +123,8 @@ class PhaseRun:
     interrupted: str | None = None
     # Pods on the real nodes during the phase (RealNodePods.finish), if the cluster has real nodes.
     real_nodes: dict | None = None
+    # The phase's pods as the cluster lists them after it (census): by creator, missing, unplanned.
+    census: dict = field(default_factory=dict)
 
     @property
     def planned(self) -> int:
@@ -209,6 +221,53 @@ def phase_figures(phase: Phase, result: LocustResult, pods, server: dict) -> dic
     }
 
 
+def complete_lost_shares(api, profile, phase: Phase, namespace: str, run_id: str, result: LocustResult,
+                         workers: int) -> dict:
+    """What the lost workers of a distributed phase left undone, created by the harness (labelled ``harness``).
+
+    Only a lost worker's share is completed: a pod missing from a share whose worker finished is a
+    refused or lost create, for the checks to find. A 409 is a pod that exists already (the lost
+    worker made it, its answer unreported): counted, never a second pod.
+    """
+    lost = result.lost
+    if not lost:
+        return {}
+    selector = f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}"
+    existing = set(list_pods(api, namespace, selector))
+    todo = [(job, i) for w in lost for job, i in phase.share(workers, int(w.get("index", -1)))
+            if pod_name(job, i) not in existing]
+    shared = {profile.pool_label: "shared"}
+    bodies = [rank_pod(phase.name, job, i, run_id, profile.node_gpus, shared, HARNESS) for job, i in todo]
+
+    def create(body: dict) -> str:
+        made, err = try_create(api, namespace, body)
+        return "created" if made is not None else ("existed" if err is not None and err.status == 409
+                                                   else f"refused {err.status if err is not None else '?'}")
+    for w in lost:
+        progress.logger(__name__).warning(
+            lost_line(w, f"pod creates ({len(phase.share(workers, int(w.get('index', -1))))} in its share)"))
+    with step(f"{phase.name} phase: the harness creates the {len(bodies)} pods the lost workers left"):
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(bodies)))) as pool:
+            outcomes = list(pool.map(create, bodies))
+    return {"lost_workers": [f"{w.get('name')} (index {w.get('index')})" for w in lost],
+            "completed_by_harness": outcomes.count("created"), "already_existed": outcomes.count("existed"),
+            "refused": len(outcomes) - outcomes.count("created") - outcomes.count("existed")}
+
+
+def census(api, phase: Phase, namespace: str, run_id: str) -> dict:
+    """The phase's pods as the cluster lists them: each planned name once (names are unique), none else,
+    and who created them (``CREATOR_LABEL``) -- the split among workers, by the objects themselves."""
+    pods = list_pods(api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}={phase.name}")
+    planned = set(phase.pod_names())
+    by: dict[str, int] = {}
+    for p in pods.values():
+        who = (p["metadata"].get("labels") or {}).get(CREATOR_LABEL, "?")
+        by[who] = by.get(who, 0) + 1
+    return {"pods_in_cluster": len(pods), "pods_missing": sorted(planned - set(pods))[:20],
+            "pods_missing_count": len(planned - set(pods)), "pods_unplanned": sorted(set(pods) - planned)[:20],
+            "pods_by_creator": dict(sorted(by.items()))}
+
+
 def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: Path, real=None,
               kwok=None) -> PhaseRun:
     """Identity, watch, locust, wait (bounded twice: overall and on stalls), figures. ``real``: the cluster's
@@ -223,12 +282,18 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
     if probe is not None:
         probe.start()
     rate = f"at {phase.rate:g} pods/s" if phase.rate else "as fast as they can"
+    master = Master.of(profile, profile.burst_locust_workers, profile.burst_locust_worker_names)
+    where = f" on {master.workers} remote locust workers" if master else ""
+    completion: dict = {}
     try:
-        with step(f"{phase.name} phase: {profile.burst_users} locust users create {phase.pods} pods {rate}"):
+        with step(f"{phase.name} phase: {profile.burst_users} locust users{where} create {phase.pods} pods {rate}"):
             result = run_locust("load/burst.py", api.configuration.host, profile.burst_users,
                                 locust_args(phase, profile, namespace, run_id, ident), workdir / f"locust-{phase.name}",
                                 timeout_s=profile.burst_timeout_s, processes=profile.burst_locust_processes,
-                                status=lambda: ", ".join(f"{v} {k}" for k, v in timeline.counts().items()))
+                                status=lambda: ", ".join(f"{v} {k}" for k, v in timeline.counts().items()),
+                                master=master)
+        if master is not None:
+            completion = complete_lost_shares(api, profile, phase, namespace, run_id, result, master.workers)
         # Both ends of a window from the same apiserver (None: the one that answered before is gone).
         after_creates = apimetrics.scrape_same_replica(api, before)
         try:
@@ -242,6 +307,7 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
     finally:
         timeline.stop()
         real_pods = probe.finish(profile.burst_timeout_s) if probe is not None else None
+    counted = census(api, phase, namespace, run_id)
     pods = timeline.snapshot()
     after = apimetrics.scrape_same_replica(api, before)
     # Creates end with locust; binds go on until every pod is bound.
@@ -253,8 +319,23 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
     interrupted = (f"{'; '.join(cuts)} during the {phase.name} phase: its figures are void (creates refused, "
                    "times seen late, the apiserver's histograms reset), so no check judges them; why the API "
                    "server went away is the control-plane guard's finding") if cuts else None
-    return PhaseRun(phase, result, pods, incomplete, phase_figures(phase, result, pods, server), interrupted,
-                    real_pods)
+    figures = {**phase_figures(phase, result, pods, server), **counted, **workers_figures(result, completion)}
+    return PhaseRun(phase, result, pods, incomplete, figures, interrupted, real_pods, counted)
+
+
+def workers_figures(result: LocustResult, completion: dict) -> dict:
+    """The distributed phase's workers: who joined, what each reported, who was lost, what the harness did."""
+    if not result.workers:
+        return {}
+    return {"load_workers": [{"name": w.get("name"), "index": w.get("index"), "address": w.get("address"),
+                              "state": w.get("state"), "lost_s": w.get("lost_s"),
+                              "creates_reported": (w.get("reported", {}).get("create pod", {}).get("requests", 0)
+                                                   - w.get("reported", {}).get("create pod", {}).get("failures", 0))}
+                             for w in result.workers],
+            "load_workers_lost": len(result.lost),
+            "pods_completed_by_harness": completion.get("completed_by_harness", 0),
+            "pods_already_existed": completion.get("already_existed", 0),
+            "harness_creates_refused": completion.get("refused", 0)}
 
 
 def clear_phase(api, namespace: str, run_id: str, phase: Phase, timeout: float = 300) -> None:
@@ -280,6 +361,11 @@ def attach(profile, run: PhaseRun) -> None:
     allure.attach(json.dumps(run.figures, indent=2), f"{name} phase: figures", allure.attachment_type.JSON)
     allure.attach.file(str(run.locust.stats_csv), f"{name} phase: locust stats (client side)",
                        allure.attachment_type.CSV)
+    if run.locust.workers:
+        lost = f", {len(run.locust.lost)} LOST" if run.locust.lost else ""
+        allure.attach(json.dumps(run.locust.workers, indent=2),
+                      f"{name} phase: locust workers ({len(run.locust.workers)} joined{lost})",
+                      allure.attachment_type.JSON)
     allure.attach(dump(run.pods), f"{name} phase: pod timeline (s since the first pod was seen)",
                   allure.attachment_type.TEXT)
 

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clusterproof.kube.pod_spec import pod_body
+
+JOB_LABEL = "clusterproof.io/job"        # = clusterproof.kube.podtimeline.JOB_LABEL (not imported: locust imports this)
 PHASE_LABEL = "clusterproof.io/burst-phase"
+# Who created a pod: the locust process (``w<index>`` a worker of the distributed mode, ``local`` one
+# process) or ``harness`` (a lost worker's share, completed after the load). Read from the cluster,
+# it is the per-worker split, by the objects themselves.
+CREATOR_LABEL = "clusterproof.io/created-by"
+HARNESS = "harness"
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,30 @@ class Phase:
 
     def job_names(self) -> list[str]:
         return [f"{self.name}-{j}" for j in range(self.jobs)]
+
+    def share(self, workers: int = 1, index: int = 0) -> list[tuple[str, int]]:
+        """(job, rank) of worker ``index`` of ``workers``, in job order: pod ``i`` of job ``j`` is that
+        worker's when ``(j * job_size + i) % workers == index``, so the workers' shares never overlap and
+        together are the whole phase."""
+        return [(f"{self.name}-{j}", i) for j in range(self.jobs) for i in range(self.job_size)
+                if (j * self.job_size + i) % max(1, workers) == index]
+
+    def pod_names(self, workers: int = 1, index: int = 0) -> list[str]:
+        return [pod_name(job, i) for job, i in self.share(workers, index)]
+
+
+def pod_name(job: str, index: int) -> str:
+    """A rank's pod name: fixed by the plan, so a create sent twice (a lost worker's share completed by
+    someone else) meets 409 AlreadyExists and can never make a second pod."""
+    return f"{job}-{index:05d}"
+
+
+def rank_pod(phase_name: str, job: str, index: int, run_id: str, gpus: int, node_selector: dict | None,
+             creator: str) -> dict:
+    """One rank of ``job``: the harness's one pod (clusterproof.kube.pod_spec), a whole node of the shared pool --
+    the same body whoever creates it (a locust user of load/burst.py, or the harness completing a lost share)."""
+    return pod_body(pod_name(job, index), run_id, gpus=gpus, node_selector=node_selector, restart_policy="Never",
+                    labels={JOB_LABEL: job, PHASE_LABEL: phase_name, CREATOR_LABEL: creator})
 
 
 def steady(profile, rate: float | None = None, pods: int | None = None) -> Phase:

@@ -30,6 +30,15 @@ class KeyGroup(BaseModel):
         """Rules between keys (pydantic checks each key alone); raise ValueError with one line."""
 
 
+def worker_names(workers: int, names: list[str], prefix: str) -> None:
+    """Expected worker names, if given, are one per worker, each once."""
+    if names and len(names) != workers:
+        raise ValueError(f"{prefix}_worker_names lists {len(names)} names but {prefix}_workers is {workers}: "
+                         "name every worker, or none")
+    if len(set(names)) != len(names) or any(not n.strip() for n in names):
+        raise ValueError(f"{prefix}_worker_names {names}: each name once, none empty")
+
+
 def is_qualified_name(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
