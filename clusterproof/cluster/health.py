@@ -38,6 +38,7 @@ from kubernetes import client
 
 from clusterproof.cluster.apiguard import ApiGuard
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
+from clusterproof.core import processes
 from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, raw_request
@@ -54,14 +55,8 @@ RECOVERY_S = 45.0
 
 def last_log_line(log: Path) -> str:
     """The last non-empty line of a component's log (its own words about why it stopped)."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 65536))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][:400] if lines else "(empty log)"
-    except OSError:
-        return "(no log)"
+    line = processes.last_log_line(log)
+    return "(no log)" if line is None else line[:400] if line else "(empty log)"
 
 
 @dataclass

@@ -40,7 +40,7 @@ import time
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Callable
 
-from clusterproof.core import redact
+from clusterproof.core import processes, redact
 
 ROOT = "clusterproof"            # the logger hierarchy: clusterproof.<domain>
 HEARTBEAT_S = 30.0               # a long wait says how far along it is at least this often (lowered by self-tests)
@@ -104,14 +104,8 @@ def abbreviate(state: Any, width: int = WIDTH) -> str:
 def last_line(path: os.PathLike | str) -> str:
     """What a running process wrote last to its log (a heartbeat's status): "last output: ...", or
     "no output yet"."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no output yet"
-    return f"last output: {lines[-1]}" if lines else "no output yet"
+    line = processes.last_log_line(path)
+    return f"last output: {line}" if line else "no output yet"
 
 
 # --- phases ---------------------------------------------------------------------------------------

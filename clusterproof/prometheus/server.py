@@ -44,6 +44,7 @@ from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     elsewhere_note,
+    last_log_line,
     own_session_dying_with_parent,
     owned_process,
     owner_alive,
@@ -242,11 +243,8 @@ class PromServer:
 
 
 def _last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][:300] if lines else "(empty log)"
-    except OSError:
-        return "(no log)"
+    line = last_log_line(log)
+    return "(no log)" if line is None else line[:300] if line else "(empty log)"
 
 
 def runs_root() -> Path:
