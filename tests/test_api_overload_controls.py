@@ -258,11 +258,11 @@ def _wait_flooding(cluster, proc, rid):
     wait_for(flooding, timeout=180, interval=0.5, what=f"run {rid} installed its FlowSchema")
 
 
-def test_interrupted_flood_leaves_no_flow_schema_or_level(cluster, profile, tmp_path):
+def test_interrupted_flood_leaves_no_flow_schema_or_level(cluster, profile, tmp_path, api_guard):
     rid = f"apfctl-{os.urandom(2).hex()}"
     with _start(cluster, profile, rid, tmp_path, "apf_flood_s=60") as proc:
         _wait_flooding(cluster, proc, rid)
-        interrupt(proc)
+        interrupt(proc, api_guard)
     _assert_nothing_left(cluster, rid)
 
 

@@ -202,11 +202,11 @@ def _wait_cordoned(cluster, proc, rid):
     wait_for(cordoned, timeout=300, interval=0.5, what=f"run {rid} cordoned a node gone bad in service")
 
 
-def test_interrupted_run_leaves_no_node_mark_agent_or_event(cluster, profile, run_id, tmp_path):
+def test_interrupted_run_leaves_no_node_mark_agent_or_event(cluster, profile, run_id, tmp_path, api_guard):
     rid = f"pfctl-{os.urandom(2).hex()}"
     with _start(cluster, profile, tmp_path, rid, select="in_service") as proc:
         _wait_cordoned(cluster, proc, rid)
-        interrupt(proc)
+        interrupt(proc, api_guard)
     _assert_nothing_left(cluster, profile, run_id, rid)
     assert not list(Path(tempfile.gettempdir()).glob(f"cp-preflight-{rid}-*")), "the run's fault file is left"
 

@@ -318,7 +318,7 @@ def test_a_run_interrupted_while_its_real_node_runs_containers_leaves_nothing(tm
         with background_pytest(_args(run_id), tmp_path) as proc:
             seen = _wait_containers(kc, run_id, proc)
             seen.add(kc)
-            out = interrupt(proc)
+            out = interrupt(proc, None)  # its own cluster: no guard watches it
         left = left_behind(kc, seen)
     finally:
         kc.delete()

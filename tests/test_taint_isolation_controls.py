@@ -210,7 +210,7 @@ def test_bad_taint_profile_values_end_the_run_with_one_line(setting, expected, t
 
 # --- nothing is left behind ------------------------------------------------------------------
 
-def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, profile, run_id, tmp_path):
+def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, profile, run_id, tmp_path, api_guard):
     """Ctrl-C while the NoExecute check has its scratch node up: the run still undoes everything."""
     rid = f"taintctl-{os.urandom(2).hex()}"
     with background_pytest(_args(cluster, profile, rid, "taint_observe_s=60", select="noexecute"), tmp_path) as proc:
@@ -218,7 +218,7 @@ def test_interrupted_run_removes_policies_namespaces_and_scratch_node(cluster, p
             ended_early(proc)
             return list_raw(cluster.api, "/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"]
         wait_for(scratch_up, timeout=120, interval=0.5, what=f"run {rid} created its scratch node")
-        interrupt(proc, timeout=180)
+        interrupt(proc, api_guard, timeout=180)
     _assert_nothing_left(cluster, profile, run_id, rid)
 
 

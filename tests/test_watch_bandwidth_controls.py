@@ -198,7 +198,7 @@ def test_settings_the_cluster_cannot_honour_are_one_line(cluster, profile, setti
 
 # --- nothing is left behind ------------------------------------------------------------------------
 
-def test_interrupted_run_leaves_nothing(cluster, profile, tmp_path):
+def test_interrupted_run_leaves_nothing(cluster, profile, tmp_path, api_guard):
     """Ctrl-C while the per-node Service is being grown and churned: its pods and namespace still go."""
     rid = _rid("i")
     args = [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", rid]
@@ -207,5 +207,5 @@ def test_interrupted_run_leaves_nothing(cluster, profile, tmp_path):
             ended_early(proc)
             return len(list_raw(cluster.api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={rid}"})["items"])
         wait_for(pods_up, until=lambda n: n >= 100, timeout=180, interval=0.5, what=f"run {rid} created its pods")
-        interrupt(proc)
+        interrupt(proc, api_guard)
     _assert_nothing_left(cluster, rid)
