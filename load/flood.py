@@ -131,8 +131,10 @@ def summary() -> dict:
     return out
 
 
-def merged(opts, parts: list[dict], lost: list[str]) -> dict:
-    """The master's summary from its workers' (pure): counts summed, and what lost workers' shares left."""
+def merged(opts, parts: list[dict], lost: list[str], lost_indices: tuple[int, ...] = (), workers: int = 1) -> dict:
+    """The master's summary from its workers' (pure): counts summed, and what lost workers' shares left.
+    ``lost_share`` names, per kind, the pods that belonged to lost workers (index ``i % workers`` among
+    ``lost_indices``): whether those exist is not the cluster's doing, so the check leaves them unjudged."""
     planned = split(opts.flood_pods, opts.flood_impatient_fraction)
     out: dict = {}
     for k in KINDS:
@@ -145,7 +147,9 @@ def merged(opts, parts: list[dict], lost: list[str]) -> dict:
         out[k] = {"planned": planned[k], "created": created, "not_attempted": planned[k] - created - len(gave_up),
                   "gave_up": gave_up, "responses": dict(responses),
                   "retry_after_s": dict(sorted(retry.items(), key=lambda kv: float(kv[0]) if kv[0] != "none" else 0)),
-                  "last_create_s": max((p["last_create_s"] for p in ps), default=0.0)}
+                  "last_create_s": max((p["last_create_s"] for p in ps), default=0.0),
+                  "lost_share": [n for i, n in enumerate(pod_names(k, planned[k]))
+                                 if i % max(1, workers) in set(lost_indices)]}
     other = Counter()
     for p in parts:
         other.update(p.get("other_classification", {}))
@@ -163,8 +167,9 @@ def _summary(exit_code, **_kw):
         return
     if distributed.kind(env.runner) == "master":
         ws = distributed.record()
+        gone = [w for w in ws if w["state"] != "done"]
         out = merged(env.parsed_options, [w["summary"] for w in ws if w["state"] == "done"],
-                     [w["name"] for w in ws if w["state"] != "done"])
+                     [w["name"] for w in gone], tuple(w["index"] for w in gone), len(ws))
     else:
         out = summary()
     with open(f"{prefix}_flood.json", "w") as f:

@@ -37,9 +37,9 @@ import pytest
 
 from clusterproof.burst.measure import clear_phase, run_phase
 from clusterproof.burst.plan import CREATOR_LABEL, PHASE_LABEL, Phase
-from clusterproof.cluster.kwok import free_port
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import ROOT, Master, missing_workers_line, read_workers, run_locust
+from clusterproof.core.ports import free_port
 from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
@@ -69,6 +69,26 @@ def test_missing_workers_line_names_the_missing_ones():
         "10.0.0.7)" in line, line
     line = missing_workers_line(Master(2, wait_s=5), [])
     assert "0 of 2 expected workers joined within 5 s; missing: 2 unnamed worker(s) (joined: none)" in line, line
+
+
+def test_a_lost_flood_workers_share_is_named_and_left_unjudged():
+    """The flood's merge (in a process of its own: the locustfile imports locust, which patches the
+    interpreter): worker 1 of 2 lost, so every second name of each kind is its share, and only the
+    survivor's counts are summed. The check then neither demands nor rejects those names."""
+    code = (
+        "import json, types\n"
+        "from clusterproof.load.flood import merged\n"
+        "opts = types.SimpleNamespace(flood_pods=12, flood_impatient_fraction=0.25)\n"
+        "part = {k: {'created': 3, 'gave_up': [], 'responses': {'status 201': 3}, 'retry_after_s': {},\n"
+        "            'last_create_s': 1.0} for k in ('honouring', 'impatient')}\n"
+        "print(json.dumps(merged(opts, [part], ['b'], (1,), 2)))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = json.loads(out.stdout.splitlines()[-1])
+    assert m["lost_workers"] == ["b"] and m["workers"] == 2, m
+    assert m["honouring"]["lost_share"] == [f"honouring-{i:04d}" for i in range(1, 9, 2)], m["honouring"]
+    assert m["impatient"]["lost_share"] == ["impatient-0001"], m["impatient"]   # 3 impatient of 12: 0, 1, 2
+    assert m["honouring"]["created"] == 3 and m["honouring"]["planned"] == 9, m["honouring"]
 
 
 def test_load_worker_bad_input_is_one_line_and_exit_4():

@@ -39,10 +39,10 @@ from clusterproof.burst import plan
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
 from clusterproof.burst.plan import PHASE_LABEL
 from clusterproof.cluster import coscheduling, toolchain
-from clusterproof.cluster.kwok import free_port
 from clusterproof.core import loadworker
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import ROOT
+from clusterproof.core.ports import free_port
 from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import percentile

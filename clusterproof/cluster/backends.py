@@ -26,12 +26,13 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
-from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, free_ports, sweep_clusters
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
+from clusterproof.core.ports import free_ports
 from clusterproof.core.progress import phase
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for

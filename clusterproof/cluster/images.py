@@ -59,8 +59,6 @@ imports them into that containerd's ``k8s.io`` namespace).
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import io
@@ -76,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterproof.cluster import toolchain
-from clusterproof.core import exitcodes
+from clusterproof.core import exitcodes, filelock
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
@@ -207,16 +205,9 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@contextlib.contextmanager
 def _lock():
     """One build at a time per cache (two test sessions must not both debootstrap)."""
-    images_root().mkdir(parents=True, exist_ok=True)
-    with open(images_root() / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return filelock.held(images_root() / ".lock")
 
 
 def _tarinfo(name: str, *, type_=tarfile.REGTYPE, mode=0o644, size=0, linkname="") -> tarfile.TarInfo:

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import yaml
 from clusterproof.cluster import identities, realnodes, toolchain
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.ports import free_ports
 from clusterproof.core.processes import (
     clear_pid_files,
     elsewhere_note,
@@ -104,23 +104,6 @@ def kwokctl(*args: str, timeout: float, check: bool = True,
         raise HarnessError(f"kwokctl {' '.join(args[:2])} failed: "
                            f"{_strip_ansi(errors[-1] if errors else 'no output')[:300]}")
     return proc
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free now (all held open together while the OS picks them)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("0.0.0.0", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port() -> int:
-    """A TCP port free now (kwokctl and extra components are given theirs up front)."""
-    return free_ports(1)[0]
 
 
 def _strip_ansi(s: str) -> str:
@@ -286,9 +269,22 @@ class KwokCluster:
         return path
 
     def prepare(self) -> None:
-        """Create the cluster's directory and claim it for this process (before anything runs in it)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / OWNER_FILE).write_text(json.dumps(owner_record()))
+        """Create the cluster's directory and claim it for this process (before anything runs in it).
+
+        The directory appears with its owner record already in it (made aside, then renamed): a run
+        sweeping this machine at the same moment never sees it unclaimed, and so never deletes it."""
+        record = json.dumps(owner_record())
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        claim = self.directory.parent / f".claim-{self.directory.name}-{os.getpid()}"
+        claim.mkdir(exist_ok=True)
+        (claim / OWNER_FILE).write_text(record)
+        try:
+            os.rename(claim, self.directory)
+        except OSError:         # it exists (a kept cluster, started again): claim it in place
+            shutil.rmtree(claim, ignore_errors=True)
+            tmp = self.directory / f"{OWNER_FILE}.tmp"
+            tmp.write_text(record)
+            os.replace(tmp, self.directory / OWNER_FILE)
 
     def delete(self) -> None:
         """Stop every component and remove the cluster's files; safe to call twice.

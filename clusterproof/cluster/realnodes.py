@@ -41,7 +41,6 @@ links, the container log links kubelet made in /var/log/containers.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -57,6 +56,7 @@ import psutil
 import yaml
 
 from clusterproof.cluster import gpu_runtime, hostpkgs, identities, toolchain
+from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
 
@@ -152,10 +152,7 @@ def plan(cluster_dir: Path, cluster: str, n: int, ports: list[int]) -> list[Real
     """``n`` real nodes with addresses and subnets no interface on this host uses (chosen under a lock,
     so two runs starting together do not pick the same)."""
     nodes = []
-    lock = toolchain.cache_root() / "real-nodes.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with filelock.held(toolchain.cache_root() / "real-nodes.lock"):
         used = _used_networks() | _claimed_networks()
         free = [net for net in POD_NET.subnets(new_prefix=24) if net not in used][:n]
         if len(free) < n:

@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterproof.core import filelock
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 
@@ -355,13 +356,23 @@ _BUILDERS = {
 
 
 def ensure(component: Component, progress=progress_lines.say) -> Component:
-    """Build ``component`` unless its binaries are already cached."""
+    """Build ``component`` unless its binaries are already cached. One build per component at a time on
+    this machine: a second process (the self-tests' parallel workers on a cold cache) waits for the
+    first one's build, under a lock beside the cache, and then finds it built."""
     if component.is_built():
         return component
+    with filelock.held(cache_root() / "bin" / f".{component.name}-{component.version}.lock",
+                       f"waiting for another process's build of {component.name} {component.version}", progress):
+        if component.is_built():
+            return component
+        return _build(component, progress)
+
+
+def _build(component: Component, progress) -> Component:
+    (cache_root() / "bin").mkdir(parents=True, exist_ok=True)
     go = go_binary()
     logs = cache_root() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    (cache_root() / "bin").mkdir(parents=True, exist_ok=True)
     log = logs / f"{component.name}-{component.version}.log"
     log.write_text("")
     progress(f"building {component.name} {component.version} from Go modules "

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from clusterproof import IMPORT_ROOT as ROOT
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.ports import free_port
 from clusterproof.core.processes import own_session_dying_with_parent, stop_group
 
 LOAD_DIR = Path(__import__("clusterproof.load", fromlist=["_"]).__file__).resolve().parent
@@ -193,7 +194,11 @@ def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_pref
         cmd += master.args(csv_prefix)
         Path(f"{csv_prefix}_workers.json").unlink(missing_ok=True)
     elif processes > 1:
-        cmd += ["--processes", str(processes)]
+        # The forked workers reach their master on loopback, at a port of its own: never on every
+        # interface, and never locust's fixed 5557, which another run on this machine may hold.
+        port = str(free_port())
+        cmd += ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                "--master-host", "127.0.0.1", "--master-port", port]
     bound = timeout_s + 60 + (master.wait_s if master else 0)
     t0 = time.monotonic()
     log = csv_prefix.with_suffix(".log")

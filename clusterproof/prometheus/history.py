@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from clusterproof.cluster import toolchain
+from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import die_with_parent
 from clusterproof.core.progress import heartbeat, say, to_terminal
@@ -269,11 +270,26 @@ def build(shape: Shape, progress: Callable[[str], None] = say, now: float | None
     reads them as they are (``--no-storage.tsdb.allow-overlapping-compaction``).
     """
     target = cache_dir(shape)
+    cached = _cached(shape, target)
+    if cached is not None:
+        return cached
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.held(target.parent / f".{shape.key}.lock",
+                       f"waiting for another process's build of the {shape.nodes:,}-node history", progress):
+        return _cached(shape, target) or _build(shape, target, progress, now, parallel)
+
+
+def _cached(shape: Shape, target: Path) -> History | None:
     info = target / "history.json"
-    if info.exists():
-        d = json.loads(info.read_text())
-        return History(shape, target, d["start"], d["end"], d["series"], d["bucket_series"], d["samples"],
-                       d["build_s"], cached=True)
+    if not info.exists():
+        return None
+    d = json.loads(info.read_text())
+    return History(shape, target, d["start"], d["end"], d["series"], d["bucket_series"], d["samples"],
+                   d["build_s"], cached=True)
+
+
+def _build(shape: Shape, target: Path, progress: Callable[[str], None], now: float | None,
+           parallel: int) -> History:
     promtool = toolchain.ensure(toolchain.PROMETHEUS).path("promtool")
     start, end = window_for(shape, time.time() if now is None else now)
     progress(f"building a Prometheus history of {shape.nodes:,} nodes ({shape.series:,} series, "

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -42,6 +41,7 @@ import yaml
 from clusterproof.cluster import toolchain
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.ports import free_port
 from clusterproof.core.processes import (
     elsewhere_note,
     last_log_line,
@@ -128,12 +128,6 @@ def scrape_job_from_api(api, directory: Path) -> list[dict]:
     return [job]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class PromServer:
     """One embedded Prometheus: its directory (config, data, log, pid file) and its process."""
@@ -185,7 +179,7 @@ class PromServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(exist_ok=True)
         if not self.port:
-            self.port = _free_port()
+            self.port = free_port()
         self.write_config()
         env = {**os.environ, **self.env}
         if self.limits.gomaxprocs:
