@@ -101,3 +101,27 @@ def test_a_bench_writes_its_figures_flat_under_their_names_and_typed_under_figur
     assert data["create_qps"] == 12.0 and data["pod_startup_p99_s"] == 1.5     # the shape readers know
     assert Figure.from_json(data["figures"]["create_qps"]) == figs[0]
     assert data["figures"]["pod_startup_p99_s"]["better"] == "lower"
+
+
+def _node_calls(get_counts: tuple[int, int], patch_counts: tuple[int, int]) -> str:
+    """An apiserver scrape with GET and PATCH of nodes: (calls under 0.05 s, calls under 0.1 s)."""
+    lines = ["# TYPE apiserver_request_duration_seconds histogram"]
+    for verb, (fast, slow) in (("GET", get_counts), ("PATCH", patch_counts)):
+        labels = f'verb="{verb}",group="",resource="nodes",subresource="",scope="resource",component="apiserver"'
+        for le, c in (("0.05", fast), ("0.1", fast + slow), ("+Inf", fast + slow)):
+            lines.append(f'apiserver_request_duration_seconds_bucket{{{labels},le="{le}"}} {c}')
+        lines.append(f"apiserver_request_duration_seconds_count{{{labels}}} {fast + slow}")
+        lines.append(f"apiserver_request_duration_seconds_sum{{{labels}}} 0")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_bringup_bench_bounds_the_taint_lift_rate_by_the_node_lifecycle_workers():
+    from clusterproof.bench.bringup import taint_lift_bound
+    before = _node_calls((0, 0), (0, 0))
+    # Every GET and PATCH in (0.05, 0.1]: medians 0.075 s each, so 8 workers reach 8 / 0.15 = 53.3 nodes/s.
+    after = _node_calls((0, 100), (0, 100))
+    b = taint_lift_bound(before, after)
+    assert (b["get_node_median_s"], b["patch_node_median_s"], b["patch_node_calls"]) == (0.075, 0.075, 100), b
+    assert b["rate_bound_nodes_per_second"] == 53.3, b
+    # Negative control: no node calls in the window, no bound claimed.
+    assert taint_lift_bound(before, before)["rate_bound_nodes_per_second"] is None

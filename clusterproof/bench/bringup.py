@@ -11,6 +11,7 @@ the JSON records what was measured, whatever it is.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -23,6 +24,8 @@ from clusterproof.cluster import realnodes
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core import progress
 from clusterproof.core.run import new_run_id
+from clusterproof.core.stats import histogram_quantile
+from clusterproof.kube import apimetrics
 
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
 
@@ -42,6 +45,37 @@ class PeakRss(threading.Thread):
                 except (OSError, ValueError, psutil.Error):
                     continue
                 self.peak[c] = max(self.peak[c], rss)
+
+
+# kube-controller-manager's node lifecycle controller lifts the not-ready taint in nodeUpdateWorkerSize
+# workers, a constant upstream (pkg/controller/nodelifecycle: 8; no flag on any real cluster either), each
+# doing a GET of the node (resourceVersion 0, the watch cache) and a PATCH of its taints.
+NODE_LIFECYCLE_WORKERS = 8
+
+
+def taint_lift_bound(before: str, after: str) -> dict:
+    """What caps the rate at which new nodes become schedulable (pure): the apiserver's median GET and
+    PATCH of a node during bring-up, and the rate the node lifecycle controller's workers can reach
+    at those latencies (one GET and one PATCH per node, ``NODE_LIFECYCLE_WORKERS`` at a time)."""
+    hist = apimetrics.delta(apimetrics.histograms(after), apimetrics.histograms(before))
+
+    def median(verb: str) -> tuple[float | None, int]:
+        buckets: dict[float, float] = {}
+        for (v, group, resource, sub, scope), b in hist.items():
+            if v == verb and not group and resource == "nodes" and not sub and scope == "resource":
+                for le, c in b.items():
+                    buckets[le] = buckets.get(le, 0.0) + c
+        if not buckets:
+            return None, 0
+        return round(histogram_quantile(0.5, buckets), 4), int(buckets[math.inf])
+    get_s, gets = median("GET")
+    patch_s, patches = median("PATCH")
+    bound = NODE_LIFECYCLE_WORKERS / (get_s + patch_s) if get_s and patch_s else None
+    return {"workers": NODE_LIFECYCLE_WORKERS, "get_node_median_s": get_s, "get_node_calls": gets,
+            "patch_node_median_s": patch_s, "patch_node_calls": patches,
+            "rate_bound_nodes_per_second": round(bound, 1) if bound else None,
+            "why": "the node lifecycle controller's 8 workers each GET and PATCH a node to lift its not-ready "
+                   "taint: at the apiserver's median latencies during bring-up they reach at most this rate"}
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
@@ -70,6 +104,7 @@ def main(argv: list[str]) -> int:
             real = c.real.nodes if c.real else []
             pids = {k: v for k, v in c.kwok.pids().items() if not realnodes.is_component(k)}
             cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
+            alive_s = {k: time.time() - psutil.Process(pid).create_time() for k, pid in pids.items()}
             common.say(f"idle at full size for {args.idle_seconds:g} s")
             cpu0, t0 = cpu_seconds(pids), time.monotonic()
             real0 = realnodes.sample_usage(real)
@@ -103,6 +138,13 @@ def main(argv: list[str]) -> int:
         "idle_window_seconds": round(elapsed, 1),
         "control_plane_cpu_seconds_through_bringup_by_component":
             {k: round(v, 1) for k, v in cpu_bringup.items()},
+        # Cores each used from its start to all nodes schedulable; their sum against the machine's CPUs
+        # says whether bring-up was CPU-bound (then no setting of one component makes it faster).
+        "control_plane_cores_through_bringup_by_component":
+            {k: round(v / alive_s[k], 2) for k, v in cpu_bringup.items() if alive_s.get(k)},
+        "control_plane_cores_through_bringup": round(sum(v / alive_s[k] for k, v in cpu_bringup.items()
+                                                         if alive_s.get(k)), 2),
+        "node_lifecycle_controller": taint_lift_bound(b.metrics_before, b.metrics_after),
         "heartbeat": {
             "heartbeat_factor": profile.heartbeat_factor,
             "node_lease_duration_seconds": lease_s,
