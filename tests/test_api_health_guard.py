@@ -24,6 +24,7 @@ def test_an_undeclared_5xx_fails_its_module_and_a_declared_one_does_not(tmp_path
     run = run_pytest(["tests/poison/api_5xx.py", "tests/poison/api_5xx_excused.py", "--profile", "smoke"],
                      tmp_path, timeout=600)
     assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failures) == 1, run.failures
     [(name, msg)] = run.failures.items()
     assert name == "test_a_write_times_out_in_the_apiserver", run.output[-3000:]
     assert "the API servers answered 5xx during this module: POST configmaps -> 504 x1" in msg, msg

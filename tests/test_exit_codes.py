@@ -273,13 +273,14 @@ def test_proof_test_runs_the_four_steps_and_stops_at_the_first_failing_one_with_
                                                                                          steps):
     repo = _fake_repo(tmp_path, {failing: code} if failing else {})
     bin_dir = _stub_make(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "CLUSTERPROOF_TEST_WORKERS"}
     run = subprocess.run([str(repo / "proof"), "test"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+                         env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert run.returncode == code, run.stdout + run.stderr
     assert (tmp_path / "make.log").read_text().split() == ["make", "-s", "setup"]
     assert _calls(tmp_path) == [
         ["-m", "clusterproof.prometheus.history", "--profile", "smoke"],
-        ["-m", "pytest", "tests", "--cp-profile", "smoke"],
+        ["-m", "pytest", "tests", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile", "--no-loadscope-reorder"],
         ["-m", "pytest", "suites", "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
 

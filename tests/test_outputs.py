@@ -7,6 +7,7 @@ them, and ``latest`` must name one of them.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from clusterproof.core import outputs
 from clusterproof.core.errors import HarnessError
+from tests.harness import run_pytest
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,3 +110,30 @@ def test_two_runs_started_together_never_share_a_file(tmp_path):
         assert len(lines) == 2 and all(f"out/runs/{d.name}/ (allure-results" in ln for ln in lines), text
     assert outputs.latest(out).dir in dirs
     assert not (tmp_path / "reports").exists() and not (tmp_path / "allure-results").exists()
+
+
+def test_parallel_workers_write_into_one_run_each_with_its_own_cluster(tmp_path):
+    """pytest-xdist (./proof test's self-tests): two workers, a module each. One run directory (the
+    controller's) holds every result; each worker ran on an embedded cluster of its own, under a run id
+    derived from the controller's; neither cluster remains."""
+    where = tmp_path / "where"
+    where.mkdir()
+    run = run_pytest(["-n", "2", "--dist", "loadfile", "tests/poison/on_a_worker.py",
+                      "tests/poison/on_another_worker.py", "--profile", "smoke",
+                      "--cp-run-id", "xdist-parent"], tmp_path, timeout=600, env={"CLUSTERPROOF_WHERE_DIR": str(where)})
+    assert run.returncode == 0, run.output[-3000:]
+    seen = {p.stem: json.loads(p.read_text()) for p in where.glob("*.json")}
+    assert sorted(seen) == ["gw0", "gw1"], (seen, run.output[-2000:])
+    assert {s["run_id"] for s in seen.values()} == {"xdist-parent-gw0", "xdist-parent-gw1"}, seen
+    assert len({s["cluster"] for s in seen.values()}) == 2, seen
+    assert not [s["dir"] for s in seen.values() if Path(s["dir"]).exists()], seen
+    assert [p.name for p in (tmp_path / "out" / "runs").iterdir()] == ["xdist-parent"]
+    assert len(run.passed) == 2, run.output[-2000:]
+
+
+def test_suites_are_refused_on_parallel_workers_in_one_line(tmp_path):
+    """Negative control: the suites share one cluster and its measurements; -n with them is bad input."""
+    run = run_pytest(["-n", "2", "suites/test_cluster_scale.py", "--profile", "smoke"], tmp_path, timeout=120)
+    assert run.returncode == 4, run.output[-2000:]
+    assert "-n/--numprocesses runs the self-tests (tests/) in parallel" in run.output, run.output[-2000:]
+    assert "Traceback" not in run.output, run.output[-2000:]
