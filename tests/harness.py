@@ -6,6 +6,7 @@ same command line a user types, against a real (deliberately broken) cluster.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -114,6 +115,37 @@ def kill_run(proc: subprocess.Popen, api_guard, new_session: bool = False, gone=
         if gone is not None:
             from clusterproof.core.waiting import wait_for
             wait_for(gone, timeout=30, interval=0.2, what="the killed run's processes gone")
+
+
+@contextmanager
+def kept_from_other_sweeps(directory: Path):
+    """Claim a run's directory (its embedded cluster's or its Prometheus') for this process while the block
+    runs, then give it back to the run's own record. Why: every run that starts on this machine sweeps what
+    dead runs left -- the self-tests' other parallel workers start runs all the time -- so a run this test
+    kills on purpose would be swept by whichever starts next, before the test's own sweep could show that
+    it is a sweep that removes it. Enter it while the run is alive; leave it right before that sweep."""
+    from clusterproof.core.processes import owner_record
+    owner = directory / "clusterproof-owner.json"      # kwok.OWNER_FILE, prometheus.server.OWNER_FILE
+    record = owner.read_text()
+    owner.write_text(json.dumps(owner_record()))
+    try:
+        yield
+    finally:
+        owner.write_text(record)
+
+
+def private_cache(tmp_path: Path) -> Path:
+    """A cache root of its own (``CLUSTERPROOF_CACHE``) for child runs that must be the only runs to see each
+    other's leftovers: the builds, images, Prometheus histories and the real nodes' address lock are this
+    machine's (linked), the embedded clusters' and Prometheus run directories are its own. A run killed in it
+    is swept by the next run in it, never by a run of another parallel worker."""
+    from clusterproof.cluster import toolchain
+    shared, root = toolchain.cache_root(), tmp_path / "cache"
+    (root / "prometheus").mkdir(parents=True, exist_ok=True)
+    for name in ("bin", "images", "logs", "real-nodes.lock", "prometheus/history"):
+        if (shared / name).exists():
+            (root / name).symlink_to(shared / name)
+    return root
 
 
 def ended_early(proc: subprocess.Popen) -> None:

@@ -26,7 +26,7 @@ from clusterproof.core.processes import clear_pid_files, owner_alive, this_host
 from clusterproof.core.waiting import wait_for
 from clusterproof.preflight import run as preflight
 from clusterproof.prometheus.server import runs_root, sweep_runs
-from tests.harness import ROOT
+from tests.harness import ROOT, kept_from_other_sweeps
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
@@ -81,9 +81,10 @@ def test_interrupted_run_leaves_no_cluster_and_no_process(sig, running_run):
 
 def test_killed_run_is_swept_by_the_next_run(running_run):
     kc, proc, pids = running_run
-    proc.kill()  # SIGKILL: no teardown can run
-    proc.wait(timeout=30)
-    assert kc.directory.exists() and _alive(pids), "SIGKILL should have left the cluster running"
+    with kept_from_other_sweeps(kc.directory):
+        proc.kill()  # SIGKILL: no teardown can run
+        proc.wait(timeout=30)
+        assert kc.directory.exists() and _alive(pids), "SIGKILL should have left the cluster running"
     assert kc.name in sweep_clusters()
     assert not kc.directory.exists()
     wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,

@@ -27,13 +27,14 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
+from clusterproof.cluster import toolchain
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.access import HOME
 from clusterproof.prometheus.client import Prom
 from clusterproof.prometheus.server import runs_root
 from tests import guest
-from tests.harness import background_pytest, ended_early, kill_run, run_pytest
+from tests.harness import background_pytest, ended_early, kill_run, private_cache, run_pytest
 from tests.test_prometheus_bad_input import assert_nowhere
 from tests.test_prometheus_cleanup import running_prometheus
 
@@ -146,14 +147,17 @@ def token_kubeconfig(cluster, run_id, tmp_path):
 def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_kubeconfig, api_guard, tmp_path):
     path, token = token_kubeconfig
     run_id = f"tok-{os.urandom(2).hex()}"
-    directory = runs_root() / f"cp-{run_id}"
+    # The run and "the next run" share a cache of their own: no run of another parallel worker sweeps first.
+    cache = private_cache(tmp_path)
+    env = {"CLUSTERPROOF_CACHE": str(cache)}
+    directory = cache / runs_root().relative_to(toolchain.cache_root()) / f"cp-{run_id}"
     copy = directory / "apiserver.token"
     args = [PROM_SUITE, "--kubeconfig", str(path), "--profile", cluster.profile.name, "--run-id", run_id,
             "-k", "test_a_cheap_query_answers"]
     for d in ("run", "next"):
         (tmp_path / d).mkdir()
     try:
-        with background_pytest(args, tmp_path / "run") as proc:
+        with background_pytest(args, tmp_path / "run", env=env) as proc:
             running_prometheus(proc, directory)
             ended_early(proc)
             assert copy.read_text() == token, "the embedded Prometheus does not scrape with the run's token"
@@ -168,7 +172,7 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
         assert copy.exists(), "SIGKILL cannot clean up: the copy should still be there"
         # The next run on this machine: one that starts no Prometheus at all.
         nxt = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig), "--profile", cluster.profile.name,
-                          "-k", "test_every_planned_node_is_registered"], tmp_path / "next", timeout=600)
+                          "-k", "test_every_planned_node_is_registered"], tmp_path / "next", timeout=600, env=env)
         assert nxt.returncode == 0, nxt.output[-3000:]
         assert not directory.exists(), f"the next run left the killed run's token copy in {directory}"
         swept = rf"swept \d+ abandoned Prometheus director\(ies\).*cp-{run_id}"

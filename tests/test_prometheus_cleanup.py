@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import nullcontext
 
 import psutil
 import pytest
@@ -21,7 +22,7 @@ from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.processes import owned_process
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.server import PID_FILE, runs_root, sweep_runs
-from tests.harness import ROOT
+from tests.harness import ROOT, kept_from_other_sweeps
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_prometheus_limits.py"
@@ -73,12 +74,14 @@ def test_an_interrupted_run_against_an_existing_cluster_leaves_no_prometheus(sig
     proc = _start(tmp_path, run_id, "--kubeconfig", str(cluster.kubeconfig))
     try:
         prom = running_prometheus(proc, directory)
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=240)
-        wait_for(lambda: _gone(prom), timeout=30, interval=0.5,
-                 what=f"the run's Prometheus gone after {signal.Signals(sig).name}")
+        with kept_from_other_sweeps(directory) if sig == signal.SIGKILL else nullcontext():
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=240)
+            wait_for(lambda: _gone(prom), timeout=30, interval=0.5,
+                     what=f"the run's Prometheus gone after {signal.Signals(sig).name}")
+            if sig == signal.SIGKILL:
+                assert directory.exists(), "SIGKILL cannot clean up: the directory should still be there"
         if sig == signal.SIGKILL:
-            assert directory.exists(), "SIGKILL cannot clean up: the directory should still be there"
             assert f"cp-{run_id}" in sweep_runs(), "the next run's sweep did not remove the killed run's Prometheus"
         assert not directory.exists(), f"{directory} left behind:\n{out[-2000:]}"
     finally:

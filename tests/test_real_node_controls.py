@@ -36,7 +36,15 @@ from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw, load_client
-from tests.harness import allure_results, background_pytest, ended_early, interrupt, junit_verdicts, run_pytest
+from tests.harness import (
+    allure_results,
+    background_pytest,
+    ended_early,
+    interrupt,
+    junit_verdicts,
+    kept_from_other_sweeps,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_real_nodes.py"
@@ -295,10 +303,11 @@ def test_a_run_killed_while_its_real_node_runs_containers_is_swept_without_a_tra
     try:
         with background_pytest(_args(run_id), tmp_path) as proc:
             seen = _wait_containers(kc, run_id, proc)
-            proc.kill()   # SIGKILL: no teardown runs
-            proc.wait(timeout=60)
-        seen.add(kc)
-        alive = left_behind(kc, seen)
+            with kept_from_other_sweeps(kc.directory):
+                proc.kill()   # SIGKILL: no teardown runs
+                proc.wait(timeout=60)
+                seen.add(kc)
+                alive = left_behind(kc, seen)
         # Before the sweep every kind of trace is there (so the check after it can fail).
         kinds = {"process", "mount", "cgroup", f"link {seen.states[0]['bridge']}", "a pod's veth",
                  "container log link", "shim socket", "directory"}

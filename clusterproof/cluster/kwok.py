@@ -41,13 +41,13 @@ from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
 from clusterproof.core.processes import (
+    claim_directory,
     clear_pid_files,
     elsewhere_note,
     kill_owned,
     owned_process,
     owner_alive,
     owner_elsewhere,
-    owner_record,
 )
 from clusterproof.kube import access
 
@@ -269,22 +269,9 @@ class KwokCluster:
         return path
 
     def prepare(self) -> None:
-        """Create the cluster's directory and claim it for this process (before anything runs in it).
-
-        The directory appears with its owner record already in it (made aside, then renamed): a run
-        sweeping this machine at the same moment never sees it unclaimed, and so never deletes it."""
-        record = json.dumps(owner_record())
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        claim = self.directory.parent / f".claim-{self.directory.name}-{os.getpid()}"
-        claim.mkdir(exist_ok=True)
-        (claim / OWNER_FILE).write_text(record)
-        try:
-            os.rename(claim, self.directory)
-        except OSError:         # it exists (a kept cluster, started again): claim it in place
-            shutil.rmtree(claim, ignore_errors=True)
-            tmp = self.directory / f"{OWNER_FILE}.tmp"
-            tmp.write_text(record)
-            os.replace(tmp, self.directory / OWNER_FILE)
+        """Create the cluster's directory and claim it for this process (before anything runs in it;
+        ``claim_directory``: a concurrent sweep never finds it unclaimed)."""
+        claim_directory(self.directory, OWNER_FILE)
 
     def delete(self) -> None:
         """Stop every component and remove the cluster's files; safe to call twice.

@@ -43,13 +43,13 @@ from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_port
 from clusterproof.core.processes import (
+    claim_directory,
     elsewhere_note,
     last_log_line,
     own_session_dying_with_parent,
     owned_process,
     owner_alive,
     owner_elsewhere,
-    owner_record,
     stop_group,
 )
 from clusterproof.core.waiting import wait_for
@@ -247,10 +247,7 @@ def runs_root() -> Path:
 
 def own_directory(run_id: str) -> Path:
     """A run's Prometheus directory when there is no embedded cluster to hold it; claimed for this process."""
-    d = runs_root() / f"cp-{run_id}"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / OWNER_FILE).write_text(json.dumps(owner_record()))
-    return d
+    return claim_directory(runs_root() / f"cp-{run_id}", OWNER_FILE)
 
 
 def sweep_runs(say: Callable[[str], None] | None = None) -> list[str]:

@@ -159,6 +159,19 @@ def _bringup(files: list[tuple[Path, dict]]) -> str:
     for c in comps:
         rows.append(row(f"{c} CPU through bring-up", lambda d, c=c: (
             _s((d.get("control_plane_cpu_seconds_through_bringup_by_component") or {}).get(c)))))
+    if any("control_plane_cores_through_bringup" in d for d in ds):
+        rows.append(row("control plane cores from its start to all schedulable (of the machine's CPUs)", lambda d: (
+            f"**{_num(d.get('control_plane_cores_through_bringup'))}** of {_num((d.get('machine') or {}).get('cpus'))}"
+            if "control_plane_cores_through_bringup" in d else "not measured")))
+    if any(d.get("node_lifecycle_controller") for d in ds):
+        nlc = lambda d: d.get("node_lifecycle_controller") or {}  # noqa: E731
+        rows.append(row("node lifecycle controller: median GET / PATCH of a node during bring-up", lambda d: (
+            f"{_s(nlc(d).get('get_node_median_s'))} / {_s(nlc(d).get('patch_node_median_s'))}"
+            if nlc(d) else "not measured")))
+        rows.append(row("node lifecycle controller: its 8 workers' bound at those latencies", lambda d: (
+            f"**{_num(nlc(d).get('rate_bound_nodes_per_second'))} nodes/s** (measured: "
+            f"{_num(round(d['nodes'] / d['seconds_to_all_schedulable'], 1))} nodes/s)"
+            if nlc(d) and d.get("seconds_to_all_schedulable") else "not measured")))
     rows.append(row("node lease writes/s (real kubelets at this size)", lambda d: (
         f"{_num((d.get('heartbeat') or {}).get('lease_writes_per_second'))} "
         f"({_num((d.get('heartbeat') or {}).get('real_kubelet_lease_writes_per_second'))})")))
