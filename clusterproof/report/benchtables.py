@@ -169,7 +169,8 @@ def _bringup(files: list[tuple[Path, dict]]) -> str:
             f"{_s(nlc(d).get('get_node_median_s'))} / {_s(nlc(d).get('patch_node_median_s'))}"
             if nlc(d) else "not measured")))
         rows.append(row("node lifecycle controller: its 8 workers' bound at those latencies", lambda d: (
-            f"**{_num(nlc(d).get('rate_bound_nodes_per_second'))} nodes/s** (measured, first create to all schedulable: "
+            f"**{_num(nlc(d).get('rate_bound_nodes_per_second'))} nodes/s** "
+            "(measured, first create to all schedulable: "
             f"{_num(round(d['nodes'] / d['seconds_to_all_schedulable'], 1))} nodes/s)"
             if nlc(d) and d.get("seconds_to_all_schedulable") else "not measured")))
     rows.append(row("node lease writes/s (real kubelets at this size)", lambda d: (
