@@ -249,3 +249,12 @@ def test_every_suite_checks_pytest_parameters_are_the_same_from_run_to_run(tmp_p
     assert "[(" in seen[0], "some suite check is parametrized"
     addresses = [ln for ln in seen[0].splitlines() if re.search(r" at 0x[0-9a-f]+", ln)]
     assert not addresses, "\n".join(addresses)
+
+
+def test_environment_keys_stay_whole_in_allure_properties(tmp_path):
+    """Allure reads environment.properties as Java does: an unescaped space, ':' or '=' ends a key, and
+    every such key would collapse into one row. Keys are escaped; plain ones are written as they are."""
+    from clusterproof.report.allure import write_environment
+    write_environment(tmp_path, {"harness.cpu: watch": "0.1 cores", "run.id": "x"}, has_cluster=True)
+    lines = (tmp_path / "environment.properties").read_text().splitlines()
+    assert lines == ["harness.cpu\\:\\ watch=0.1 cores", "run.id=x"], lines

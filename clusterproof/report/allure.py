@@ -247,6 +247,11 @@ def attach_cluster_state(summary: Callable[[], str], events: Callable[[], str]) 
                       allure.attachment_type.TEXT)
 
 
+def _property_key(key: str) -> str:
+    """A key as Java's properties format reads it whole (a space, ``:`` or ``=`` would end it)."""
+    return "".join("\\" + c if c in " :=#!\\" else c for c in key)
+
+
 def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -> None:
     """Allure's environment.properties (and clusterproof-run.json, the same as JSON) and categories.json."""
     alluredir.mkdir(parents=True, exist_ok=True)
@@ -255,5 +260,6 @@ def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -
         if (alluredir / "environment.properties").exists():
             return  # a run without a cluster must not hide the one that had one
         env = {**env, "hardware": "no cluster used"}
-    (alluredir / "environment.properties").write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    (alluredir / "environment.properties").write_text("".join(f"{_property_key(k)}={v}\n"
+                                                              for k, v in sorted(env.items())))
     (alluredir / "clusterproof-run.json").write_text(json.dumps(env, indent=2))
