@@ -124,8 +124,8 @@ def kept_from_other_sweeps(directory: Path):
     dead runs left -- the self-tests' other parallel workers start runs all the time -- so a run this test
     kills on purpose would be swept by whichever starts next, before the test's own sweep could show that
     it is a sweep that removes it. Enter it while the run is alive; leave it right before that sweep."""
-    from clusterproof.core.processes import owner_record
-    owner = directory / "clusterproof-owner.json"      # kwok.OWNER_FILE, prometheus.server.OWNER_FILE
+    from clusterproof.core.processes import OWNER_FILE, owner_record
+    owner = directory / OWNER_FILE
     record = owner.read_text()
     owner.write_text(json.dumps(owner_record()))
     try:

@@ -230,7 +230,7 @@ def test_an_owner_recorded_on_another_host_is_never_judged_dead_here(what, fake_
     elif what == "prometheus-directory":
         d = runs_root() / "cp-elsewhere"
         d.mkdir(parents=True)
-        (d / "clusterproof-owner.json").write_text(json.dumps(owner))
+        (d / OWNER_FILE).write_text(json.dumps(owner))
         (d / "apiserver.token").write_text("x")
         assert "cp-elsewhere" not in sweep_runs(say=said.append) and d.exists()
     else:

@@ -41,6 +41,7 @@ from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
 from clusterproof.core.processes import (
+    OWNER_FILE,
     claim_directory,
     clear_pid_files,
     elsewhere_note,
@@ -55,7 +56,6 @@ NAME_PREFIX = "cp-"
 # The cluster's ports (KwokctlConfiguration options), each taken from the OS's free ports.
 PORTS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kwokControllerPort", "kubeControllerManagerPort",
          "kubeSchedulerPort")
-OWNER_FILE = "clusterproof-owner.json"
 
 
 def workdir() -> Path:
@@ -271,7 +271,7 @@ class KwokCluster:
     def prepare(self) -> None:
         """Create the cluster's directory and claim it for this process (before anything runs in it;
         ``claim_directory``: a concurrent sweep never finds it unclaimed)."""
-        claim_directory(self.directory, OWNER_FILE)
+        claim_directory(self.directory)
 
     def delete(self) -> None:
         """Stop every component and remove the cluster's files; safe to call twice.

@@ -273,7 +273,6 @@ def build(shape: Shape, progress: Callable[[str], None] = say, now: float | None
     cached = _cached(shape, target)
     if cached is not None:
         return cached
-    target.parent.mkdir(parents=True, exist_ok=True)
     with filelock.held(target.parent / f".{shape.key}.lock",
                        f"waiting for another process's build of the {shape.nodes:,}-node history", progress):
         return _cached(shape, target) or _build(shape, target, progress, now, parallel)

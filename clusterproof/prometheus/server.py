@@ -43,6 +43,7 @@ from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_port
 from clusterproof.core.processes import (
+    OWNER_FILE,
     claim_directory,
     elsewhere_note,
     last_log_line,
@@ -55,7 +56,6 @@ from clusterproof.core.processes import (
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.client import Prom
 
-OWNER_FILE = "clusterproof-owner.json"
 PID_FILE = "prometheus.pid"
 # History blocks keep their original time: retention must never delete them.
 RETENTION = "10y"
@@ -247,7 +247,7 @@ def runs_root() -> Path:
 
 def own_directory(run_id: str) -> Path:
     """A run's Prometheus directory when there is no embedded cluster to hold it; claimed for this process."""
-    return claim_directory(runs_root() / f"cp-{run_id}", OWNER_FILE)
+    return claim_directory(runs_root() / f"cp-{run_id}")
 
 
 def sweep_runs(say: Callable[[str], None] | None = None) -> list[str]:
