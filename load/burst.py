@@ -116,9 +116,14 @@ class BurstUser(KubeApiUser):
     """
 
     def on_start(self):
-        # Open (and authenticate) this user's connection before the burst.
-        opts = self.environment.parsed_options
-        self.call("GET", f"/api/v1/namespaces/{opts.burst_namespace}/pods?limit=1", "list pods")
+        # Open (and authenticate) this user's connection before the burst. With GET /version, which the
+        # apiserver answers from memory: a worker that quits kills its users mid-request (a user the master
+        # moved to it after the other worker quit may still be here), and kube-apiserver counts a LIST
+        # whose client went away as a 500 "context canceled" (kubernetes/kubernetes#139256) -- the seed's
+        # API health guard then fails the run for a request locust abandoned (seen in CI, 2026-11-26).
+        if _Share.done:
+            raise StopUser()     # joined after this worker's share was done: nothing to open a connection for
+        self.call("GET", "/version", "open connection")
         _Share.go.wait(timeout=60)
 
     @task

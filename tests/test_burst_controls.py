@@ -234,6 +234,7 @@ def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, na
     the master's final statistics count all of them.
     """
     from clusterproof.core.locust import LOCUST, ROOT, read_stats
+    from clusterproof.core.ports import free_port
     from clusterproof.kube.tokens import create_load_identity
 
     jobs, size, workers = 2, 10, 2
@@ -241,7 +242,7 @@ def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, na
     common = ["-f", str(ROOT / "load/burst.py"), "--kube-token-file", str(ident.token_file)]
     if ident.ca_file:
         common += ["--kube-ca-file", ident.ca_file]
-    port = 5557 + os.getpid() % 1000
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     master = subprocess.Popen(
         [str(LOCUST), *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
