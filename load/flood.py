@@ -85,6 +85,7 @@ class _Plan:
     started = 0.0
     other_classification: Counter = Counter()
     inflight: dict[str, int] = {}
+    reading = 0                              # reads (list/get pods) in flight, any kind
     done = False
     spawned = 0
     impatient_users = 0      # this process's first users that are impatient
@@ -114,7 +115,7 @@ def _plan(environment, **_kw):
     _Plan.retry_after = {k: Counter() for k in KINDS}
     _Plan.gave_up = {k: [] for k in KINDS}
     _Plan.last_created, _Plan.other_classification = {}, Counter()
-    _Plan.inflight, _Plan.done, _Plan.spawned = {k: 0 for k in KINDS}, False, 0
+    _Plan.inflight, _Plan.done, _Plan.spawned, _Plan.reading = {k: 0 for k in KINDS}, False, 0, 0
     _Plan.started = time.monotonic()
     _Plan.noise_until = _Plan.started + opts.flood_seconds
 
@@ -215,19 +216,27 @@ class FloodUser(KubeApiUser):
         noisy = time.monotonic() < _Plan.noise_until
         queue = _Plan.queue[self.kind]
         if not noisy and not queue:
-            if _Plan.inflight[self.kind]:      # stay until the kind's last create is answered (one cut off comes back)
+            # Stay until the kind's last create is answered (one cut off comes back) and no read is in flight.
+            if _Plan.inflight[self.kind] or _Plan.reading:
                 gevent.sleep(0.05)
                 return
             self._finish()
         action = random.choices(("create", "list", "get"), (2, 1, 2))[0] if noisy else "create"
         if action == "create" and queue:
             self._create(queue.popleft())
-        elif action == "list" or (action == "create" and not queue):
-            self.call("GET", self.pods, f"list pods ({self.kind})", attempts=1, honour_retry_after=self.honour)
-        else:
-            done = _Plan.created[self.kind] or ["nothing-yet"]
-            self.call("GET", f"{self.pods}/{random.choice(done)}", f"get pod ({self.kind})", ok=(200, 404),
-                      attempts=1, honour_retry_after=self.honour)
+            return
+        # A read in flight holds the process's end too: quitting kills every user mid-request, and
+        # kube-apiserver counts an abandoned LIST as a 500 "context canceled" (kubernetes/kubernetes#139256).
+        _Plan.reading += 1
+        try:
+            if action == "list" or action == "create":
+                self.call("GET", self.pods, f"list pods ({self.kind})", attempts=1, honour_retry_after=self.honour)
+            else:
+                done = _Plan.created[self.kind] or ["nothing-yet"]
+                self.call("GET", f"{self.pods}/{random.choice(done)}", f"get pod ({self.kind})", ok=(200, 404),
+                          attempts=1, honour_retry_after=self.honour)
+        finally:
+            _Plan.reading -= 1
 
     def _create(self, name: str) -> None:
         opts = self.environment.parsed_options
@@ -252,7 +261,8 @@ class FloodUser(KubeApiUser):
 
     def _finish(self):
         """This user is done; the process, once no kind has a pod left to create or a create in flight."""
-        if not _Plan.done and not any(_Plan.queue.values()) and not any(_Plan.inflight.values()):
+        if (not _Plan.done and not any(_Plan.queue.values()) and not any(_Plan.inflight.values())
+                and not _Plan.reading):
             _Plan.done = True
             distributed.worker_done(self.environment, summary())
             finish_runner(self.environment)
