@@ -65,7 +65,7 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
            f"--cp-output-dir={tmp_path / 'out'}",
            *child_args(args)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+                          env={**os.environ, **(env or {})})
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, *junit_verdicts(junit))
 
 

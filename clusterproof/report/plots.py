@@ -11,11 +11,17 @@ import csv
 import io
 from dataclasses import dataclass, field
 
-import matplotlib
+import allure
 
-matplotlib.use("Agg")  # no display: the harness runs headless, in CI
-import allure  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (no display: the harness runs headless, in CI), imported at
+    the first plot, not with this module: it is half a second of CPU at every run's start, and most runs
+    (a bad input's one line, the self-tests' hundreds of child runs) draw nothing."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 @dataclass
@@ -36,6 +42,7 @@ class Figure:
     ylog: bool = False
 
     def png(self) -> bytes:
+        plt = _pyplot()
         fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
         for s in self.series:
             xs, ys = [p[0] for p in s.points], [p[1] for p in s.points]

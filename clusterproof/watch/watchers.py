@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import aiohttp
 from kubernetes import client
 
 from clusterproof.core.waiting import wait_for
@@ -141,13 +140,14 @@ class WatchPool:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="watch pool")
         self._thread.start()
         self._tasks: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
+        self._session = None                      # an aiohttp.ClientSession, once open
         self._call(self._open())
 
     def _call(self, coro, timeout: float = 120):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _open(self) -> None:
+        import aiohttp  # here, not with the module: a tenth of a second of every run's start, for one suite
         # limit=0: one connection per watch, as every kube-proxy has its own.
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ssl_context(self.cfg), limit=0, force_close=True),
