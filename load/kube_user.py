@@ -136,6 +136,7 @@ class KubeApiUser(FastHttpUser):
     connection_timeout = 10.0
 
     def __init__(self, environment):
+        workers.restore_local(environment)    # a rebalance's spawn message brought the master's values again
         opts = environment.parsed_options
         ca = getattr(opts, "kube_ca_file", "") if opts else ""
         pem = getattr(opts, "kube_ca_pem", "") if opts and not ca else ""

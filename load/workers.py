@@ -118,9 +118,21 @@ def _restore_local(environment, **_kw):
         return
     if kind(runner) != "worker" or opts is None:
         return
+    restore_local(environment)
+    runner.send_message("cp_hello", _hello(opts))     # again: a master that started after us missed the first
+
+
+def restore_local(environment) -> None:
+    """On a worker: its own LOCAL_OPTIONS win over the master's again. Locust applies the master's arguments
+    at every spawn message -- the first, and again whenever the master moves users because a worker joined
+    or quit -- so this runs at the test's start and again as each user is made (``KubeApiUser``). Found
+    when the users a rebalance moved onto a worker in another network namespace dialled the master's own
+    API server URL (127.0.0.1 there: "Connection refused")."""
+    opts = environment.parsed_options
+    if kind(environment.runner) != "worker" or opts is None:
+        return
     for k in LOCAL_OPTIONS:
         setattr(opts, k, _Local.values.get(k, getattr(opts, k, "") if k == "cp_worker_name" else ""))
-    runner.send_message("cp_hello", _hello(opts))     # again: a master that started after us missed the first
 
 
 def worker_done(environment, summary: dict | None = None) -> None:

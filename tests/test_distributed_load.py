@@ -91,6 +91,47 @@ def test_a_lost_flood_workers_share_is_named_and_left_unjudged():
     assert m["honouring"]["created"] == 3 and m["honouring"]["planned"] == 9, m["honouring"]
 
 
+# Run in a process of its own: importing locust monkey-patches this one (gevent).
+REBALANCED_USER = """
+import argparse
+import tempfile
+
+from locust.env import Environment
+
+from clusterproof.load import workers
+from clusterproof.load.kube_user import KubeApiUser
+
+
+class WorkerRunner:      # workers.kind() reads the runner's class name, nothing else
+    pass
+
+
+token = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+token.write("worker-token")
+token.close()
+opts = argparse.Namespace(kube_server="https://10.251.0.1:6443", kube_token_file=token.name, kube_ca_file="",
+                          kube_ca_pem="", kube_tls_server_name="", cp_worker_name="host-b", kube_token_value="",
+                          kube_max_retries=5)
+env = Environment(parsed_options=opts, host="https://127.0.0.1:6443")
+env.runner = WorkerRunner()
+workers._Local.values = {k: getattr(opts, k) for k in workers.LOCAL_OPTIONS if getattr(opts, k)}
+# A rebalance's spawn message: locust applies the master's arguments to this worker again.
+opts.kube_server, opts.kube_token_file, opts.cp_worker_name = "", "/on/the/masters/host/token", ""
+user = KubeApiUser(env)
+print(user.host, user._headers["Authorization"], opts.cp_worker_name)
+"""
+
+
+def test_a_user_a_rebalance_spawns_keeps_the_workers_own_api_server_and_token():
+    """Locust applies the master's arguments at every spawn message, and the master sends one again when a
+    worker quits and its users move. Users made then must still use this worker's own ``--kube-*`` values:
+    they once dialled the master's URL (127.0.0.1 inside a network namespace: "Connection refused" on the
+    moved users' creates, the flake of the two-host test under parallel self-tests)."""
+    p = subprocess.run([sys.executable, "-c", REBALANCED_USER], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["https://10.251.0.1:6443", "Bearer", "worker-token", "host-b"], p.stdout
+
+
 def test_load_worker_bad_input_is_one_line_and_exit_4():
     for args, expected in ((["--master", "nohost", "--locustfile", "burst"], "is not HOST:PORT"),
                            (["--master", "10.0.0.1:99999", "--locustfile", "burst"], "is not HOST:PORT"),
