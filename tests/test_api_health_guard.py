@@ -57,3 +57,19 @@ def test_guard_counts_5xx_and_429s_between_scrapes():
     assert rejections(before, after) == {("f", "p"): 15.0}
     h = Health(errors, {}, [], rejections(before, after))
     assert h.report().startswith("429s per flow schema: f -> p: 15\n5xx: ")
+
+
+def test_an_excused_window_stays_open_until_the_5xx_count_stops_moving(monkeypatch):
+    """A killed client's abandoned requests are counted a moment after it is gone: the 504s the apiserver
+    counts after the block, while the count still moves, are excused too; the window closes when two reads
+    agree."""
+    from clusterproof.cluster import apiguard
+    monkeypatch.setattr(apiguard, "SETTLE_EVERY_S", 0.0)
+    reads = iter([TEXT % (5, 1, 0, 0), TEXT % (5, 3, 0, 0), TEXT % (5, 7, 0, 0), TEXT % (5, 7, 0, 0),
+                  TEXT % (5, 9, 0, 0)])
+    guard = apiguard.ApiGuard(api=None)
+    monkeypatch.setattr(guard, "scrape", lambda like=None: next(reads))
+    with guard.excuse("a run killed on purpose"):
+        pass
+    assert {describe(k): v for k, v in guard.excused.items()} == {"POST configmaps -> 504": 6.0}
+    assert next(reads) == TEXT % (5, 9, 0, 0)     # the read after the two that agreed was never taken

@@ -24,6 +24,7 @@ several.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -44,6 +45,11 @@ NOT_ERRORS: dict[tuple[str, str, str, str], str] = {
         "nodes at once does that, and a drainer retries it like a 429. A slow etcd still shows on every "
         "other write.",
 }
+
+
+# An excused window stays open until the 5xx count reads the same twice this far apart (at most SETTLE_S).
+SETTLE_EVERY_S = 2.0
+SETTLE_S = 20.0
 
 
 def server_errors(before: str, after: str) -> dict[Key, float]:
@@ -121,18 +127,34 @@ class ApiGuard:
             return None
 
     @contextmanager
-    def excuse(self, reason: str):
-        """5xx the API servers answer while this block runs are excused (reported, not failed)."""
+    def excuse(self, reason: str, settle_s: float = SETTLE_S):
+        """5xx the API servers answer while this block runs are excused (reported, not failed) -- and until
+        their count stops moving (``settled``, at most ``settle_s``): an apiserver on a loaded machine counts
+        the requests a killed client abandoned a moment after the client is gone (seen in CI: a taint run
+        SIGKILLed on purpose, its 6 POSTs of pods counted as 504 after the window had closed)."""
         before = self.scrape()
         try:
             yield
         finally:
-            after = self.scrape(before) if before else None
+            after = self.settled(before, settle_s) if before else None
             with self._lock:
                 self.reasons.append(reason)
                 if before and after:
                     for k, v in server_errors(before, after).items():
                         self.excused[k] = self.excused.get(k, 0.0) + v
+
+    def settled(self, before: str, settle_s: float) -> str | None:
+        """A scrape after which two reads ``SETTLE_EVERY_S`` apart count the same 5xx since ``before``."""
+        deadline, last = time.monotonic() + settle_s, None
+        while True:
+            after = self.scrape(before)
+            if after is None:
+                return None
+            now = server_errors(before, after)
+            if now == last or time.monotonic() >= deadline:
+                return after
+            last = now
+            time.sleep(SETTLE_EVERY_S)
 
     def mark(self) -> Mark:
         with self._lock:
