@@ -142,10 +142,10 @@ def kept_from_other_sweeps(directory: Path):
     dead runs left -- the self-tests' other parallel workers start runs all the time -- so a run this test
     kills on purpose would be swept by whichever starts next, before the test's own sweep could show that
     it is a sweep that removes it. Enter it while the run is alive; leave it right before that sweep."""
-    from clusterproof.core.processes import OWNER_FILE, owner_record
+    from clusterproof.core.processes import OWNER_FILE, claim_directory
     owner = directory / OWNER_FILE
     record = owner.read_text()
-    owner.write_text(json.dumps(owner_record()))
+    claim_directory(directory)       # an existing directory is claimed in place, its record replaced whole
     try:
         yield
     finally:
@@ -194,7 +194,6 @@ def assert_one_line(run: SuiteRun, *expected: str) -> None:
 def allure_results(tmp_path: Path) -> dict[str, dict]:
     """Allure result files of a run_pytest() call, by pytest test name (with parameters; the
     report's own name is the sentence title, so the plugin's ``pytest.id`` label is the key)."""
-    import json
     out = {}
     for f in (tmp_path / "allure").glob("*-result.json"):
         r = json.loads(f.read_text())
@@ -206,7 +205,6 @@ def allure_results(tmp_path: Path) -> dict[str, dict]:
 def allure_figures(tmp_path: Path, result: dict) -> dict[str, dict]:
     """A result's figures by name (as summary.json has them), from the "figures (data)" attachment beside
     the check's figures table (``clusterproof.report.allure.attach_figures``)."""
-    import json
     found = [a for a in result.get("attachments", []) if a["name"] == "figures (data)"]
     if not found:
         return {}

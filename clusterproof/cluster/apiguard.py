@@ -127,25 +127,25 @@ class ApiGuard:
             return None
 
     @contextmanager
-    def excuse(self, reason: str, settle_s: float = SETTLE_S):
+    def excuse(self, reason: str):
         """5xx the API servers answer while this block runs are excused (reported, not failed) -- and until
-        their count stops moving (``settled``, at most ``settle_s``): an apiserver on a loaded machine counts
+        their count stops moving (``settled``, at most ``SETTLE_S``): an apiserver on a loaded machine counts
         the requests a killed client abandoned a moment after the client is gone (seen in CI: a taint run
         SIGKILLed on purpose, its 6 POSTs of pods counted as 504 after the window had closed)."""
         before = self.scrape()
         try:
             yield
         finally:
-            after = self.settled(before, settle_s) if before else None
+            after = self.settled(before) if before else None
             with self._lock:
                 self.reasons.append(reason)
                 if before and after:
                     for k, v in server_errors(before, after).items():
                         self.excused[k] = self.excused.get(k, 0.0) + v
 
-    def settled(self, before: str, settle_s: float) -> str | None:
+    def settled(self, before: str) -> str | None:
         """A scrape after which two reads ``SETTLE_EVERY_S`` apart count the same 5xx since ``before``."""
-        deadline, last = time.monotonic() + settle_s, None
+        deadline, last = time.monotonic() + SETTLE_S, None
         while True:
             after = self.scrape(before)
             if after is None:
