@@ -269,6 +269,11 @@ def test_time_per_suite_moves_the_bring_up_out_of_the_suite_that_paid_for_it():
     rows = {r["suite"]: r for r in t.rows(profile)}
     assert rows[timing.BRINGUP]["seconds"] == 100.0 and rows[timing.BRINGUP]["budget_s"] is None
     assert rows["gang_scheduling"]["seconds"] == 7.0 and rows["gang_scheduling"]["over_budget"]
+    # Which part of the suite took the time: its set-up (less the bring-up), its checks, its teardown.
+    assert (rows["gang_scheduling"]["setup_s"], rows["gang_scheduling"]["call_s"],
+            rows["gang_scheduling"]["teardown_s"]) == (1.0, 5.0, 1.0)
+    gang = next(line for line in timing.table_lines(t.rows(profile)) if line.startswith("gang_scheduling"))
+    assert gang.split("6.0 s", 1)[1].split() == ["1.0", "s", "5.0", "s", "1.0", "s", "OVER", "BUDGET"]
     figures = {f.key: f for f in t.figures(profile)}
     assert figures["time :: gang_scheduling"].value == 7.0 and figures["time :: gang_scheduling"].verdict == "beyond"
     assert figures["time :: embedded cluster bring-up"].threshold is None
@@ -314,3 +319,12 @@ def test_a_403_from_rbac_is_told_apart_from_an_admission_denial():
                     "pod p may not tolerate another team's taint")
     assert refused_by_rbac(rbac) and not refused_by_rbac(admission)
     assert not refused_by_rbac(client.ApiException(status=409, reason="Conflict"))
+
+
+def test_a_long_wait_for_pods_bound_or_refused_says_how_many_are_which():
+    """The heartbeat of the taint suite's 3,000-pod wait shows counts, not a dict of pod names: a slow
+    scheduler (few bound) and a slow verdict (few refused) read differently the next morning."""
+    from clusterproof.kube.placement import _progress
+    where = {"a": "node-1", "b": None, "c": None, "d": None, "other": "node-2"}   # "other": not this wait's pod
+    assert _progress((where, {"b": ["0/5 nodes are available"]}, ["c", "d"]), ["a", "b", "c", "d"]) == (
+        "1 of 4 pods bound, 1 refused (Pending with a FailedScheduling event), 2 open")

@@ -94,7 +94,8 @@ def wait_settled(api: client.ApiClient, ns: str, pods: dict[str, dict], timeout:
         # Each poll lists the namespace's FailedScheduling events: at thousands of pods, poll less often
         # so the harness does not compete with the scheduler it is waiting for.
         interval = 0.5 if len(names) < 200 else 3.0
-        where, ev, _ = wait_for(probe, until=lambda s: not s[2], timeout=timeout, interval=interval, what=what)
+        where, ev, _ = wait_for(probe, until=lambda s: not s[2], timeout=timeout, interval=interval, what=what,
+                                describe=lambda s: _progress(s, names))
     except AssertionError:
         where, ev, open_ = probe()
         raise AssertionError(f"{what}: not reached within {timeout:g} s; unsettled: "
@@ -103,6 +104,15 @@ def wait_settled(api: client.ApiClient, ns: str, pods: dict[str, dict], timeout:
                                                              "FailedScheduling event")
                                          for n in open_[:10])) from None
     return {n: where.get(n) for n in names}, ev
+
+
+def _progress(state: tuple, names: list[str]) -> str:
+    """``wait_settled``'s state in a few words, for its heartbeat: pods bound, refused, still open."""
+    where, _, open_ = state
+    bound = sum(1 for n in names if where.get(n))
+    refused = len(names) - bound - len(open_)
+    return (f"{bound} of {len(names)} pods bound, {refused} refused (Pending with a FailedScheduling event), "
+            f"{len(open_)} open")
 
 
 def watch_for_changes(api: client.ApiClient, label_selector: str, seconds: float, bad) -> dict[str, str]:

@@ -5,7 +5,10 @@ the reference machine), and each suite has its own (``budget_<suite>_s``;
 the embedded cluster's bring-up ``budget_bringup_s``). pytest's
 ``--durations`` lists tests; an SRE planning a nightly slot needs suites.
 Over budget is reported, not failed: time is a benchmark figure here, not a
-verdict on the cluster. The table also goes into the Allure results
+verdict on the cluster. Each suite's time is split into its set-up (module
+fixtures: a cluster of objects built, a Prometheus started), its checks'
+own calls, and its teardown (what it created, deleted and waited for), so
+a suite over budget says at once which part grew. The table also goes into the Allure results
 (``timing.json``) for the report, and each suite's time is a figure of the
 run's summary (``Timing.figures``).
 
@@ -21,6 +24,7 @@ from pathlib import Path
 from clusterproof.core.measurement import LOWER, Figure
 
 BRINGUP = "embedded cluster bring-up"
+WHEN = ("setup", "call", "teardown")        # pytest's phases of a check, the table's columns
 TIME_CHECK = "time"   # the figures' check: their keys read "time :: <suite>"
 
 
@@ -34,6 +38,7 @@ class Timing:
 
     def __init__(self) -> None:
         self.durations: dict[str, float] = defaultdict(float)
+        self.parts: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))   # suite -> when -> s
         self.tests: dict[str, int] = defaultdict(int)
         self.started = time.monotonic()
         self.bringup = 0.0
@@ -42,12 +47,14 @@ class Timing:
         """One phase of one check; ``bringup_s``: the embedded cluster's bring-up, once it is known."""
         suite = suite_of(nodeid)
         self.durations[suite] += duration
+        self.parts[suite][when] += duration
         if when == "call" or (when == "setup" and outcome != "passed"):
             self.tests[suite] += 1
         # The session fixture that built the cluster ran inside this set-up: move it out of the suite.
         if when == "setup" and bringup_s and not self.bringup:
             self.bringup = bringup_s
             self.durations[suite] -= bringup_s
+            self.parts[suite][when] -= bringup_s
 
     def rows(self, profile) -> list[dict]:
         out = []
@@ -55,8 +62,10 @@ class Timing:
             out.append({"suite": BRINGUP, "seconds": round(self.bringup, 1), "tests": None,
                         "budget_s": getattr(profile, "budget_bringup_s", None) or None})
         for suite, secs in self.durations.items():
+            parts = self.parts[suite]
             out.append({"suite": suite, "seconds": round(secs, 1), "tests": self.tests[suite],
-                        "budget_s": getattr(profile, f"budget_{suite}_s", None) or None})
+                        "budget_s": getattr(profile, f"budget_{suite}_s", None) or None,
+                        **{f"{when}_s": round(parts[when], 1) for when in WHEN}})
         out.append({"suite": "total (wall clock)", "seconds": round(time.monotonic() - self.started, 1),
                     "tests": None, "budget_s": getattr(profile, "budget_total_s", None) or None})
         for r in out:
@@ -77,9 +86,10 @@ def fmt(secs: float | None) -> str:
 
 def table_lines(rows: list[dict]) -> list[str]:
     """The table for the terminal."""
-    out = [f"{'suite':32} {'tests':>6} {'time':>10} {'budget':>10}"]
+    out = [f"{'suite':32} {'tests':>6} {'time':>10} {'budget':>10}   {'set-up':>8} {'checks':>8} {'teardown':>8}"]
     for r in rows:
         flag = "  OVER BUDGET" if r["over_budget"] else ""
         tests = "" if r["tests"] is None else str(r["tests"])
-        out.append(f"{r['suite']:32} {tests:>6} {fmt(r['seconds']):>10} {fmt(r['budget_s']):>10}{flag}")
+        parts = ("   " + " ".join(f"{fmt(r[f'{when}_s']):>8}" for when in WHEN)) if "call_s" in r else ""
+        out.append(f"{r['suite']:32} {tests:>6} {fmt(r['seconds']):>10} {fmt(r['budget_s']):>10}{parts}{flag}")
     return out
