@@ -8,7 +8,8 @@ scheduler's own verdicts (a toleration permits, it does not attract: pods are
 steered with node selectors and the outcome is read from the API):
 
 1. a pod without a team toleration lands only on untainted nodes, or stays
-   Pending with an untolerated-taint FailedScheduling event (at scale:
+   Pending refused for untolerated taints (the scheduler's FailedScheduling
+   event, or its PodScheduled condition when the event was dropped; at scale:
    ``taint_untolerated_pods`` whole-node pods, more than the shared pool);
 2. a team pod gets exactly its team's toleration (key, ``Equal``, value,
    effect; never a wildcard) and lands only on its team's or shared nodes;
@@ -102,8 +103,8 @@ def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:
 def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolation, namespace, run_id,
                                                                  profile, figures):
     """``taint_untolerated_pods`` whole-node pods without a team toleration (more than the shared pool holds) land only
-    on untainted nodes, or stay Pending with an untolerated-taint FailedScheduling event. Red: a pod landed on a
-    team or preflight node (named, with the node's taints)."""
+    on untainted nodes, or stay Pending refused for untolerated taints (FailedScheduling event or PodScheduled
+    condition). Red: a pod landed on a team or preflight node (named, with the node's taints)."""
     api, n = cluster.api, profile.taint_untolerated_pods
     names = [f"untolerated-{i:05d}" for i in range(n)]
     # An informer, not a LIST per poll: at 3,000 pods polling would cost more than the scheduler.
@@ -116,8 +117,8 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
         placed, events = pl.wait_settled(
             api, namespace, created, profile.taint_timeout_s,
             f"{n} whole-node pods without team toleration bound or refused by the scheduler",
-            nodes_of=lambda: (watch.check(max_stale_s=STALE_S),
-                              {p["metadata"]["name"]: p["spec"].get("nodeName") for p in watch.snapshot()})[1])
+            pods_of=lambda: (watch.check(max_stale_s=STALE_S),
+                             {p["metadata"]["name"]: p for p in watch.snapshot()})[1])
     finally:
         watch.stop()
     figures.add(f"{n} pods created -> each bound or refused by the scheduler", time.monotonic() - t0, "s",
@@ -142,12 +143,12 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
         msgs = events.get(name, [])
         count = pl.untolerated_count(msgs)
         if count is None:
-            bad.append(f"pod {namespace}/{name} is Pending without an untolerated-taint FailedScheduling "
-                       f"event (last: {msgs[-1] if msgs else 'none'})")
+            bad.append(f"pod {namespace}/{name} is Pending without the scheduler refusing it for untolerated "
+                       f"taints (last refusal: {msgs[-1] if msgs else 'none'})")
         elif count < guarded:
             bad.append(f"pod {namespace}/{name}: the scheduler refused only {count} node(s) for untolerated "
                        f"taints, but {guarded} schedulable team nodes carry their taint ({msgs[-1]})")
-    allure.attach(f"pods: {n}, bound: {n - pending}, Pending with untolerated-taint event: {pending}, "
+    allure.attach(f"pods: {n}, bound: {n - pending}, Pending, refused for untolerated taints: {pending}, "
                   f"team nodes carrying their taint: {guarded}", "summary", allure.attachment_type.TEXT)
     figures.add("pods bound (untainted nodes)", n - pending, "pods")
     figures.add("pods Pending (refused for untolerated taints)", pending, "pods")

@@ -327,4 +327,21 @@ def test_a_long_wait_for_pods_bound_or_refused_says_how_many_are_which():
     from clusterproof.kube.placement import _progress
     where = {"a": "node-1", "b": None, "c": None, "d": None, "other": "node-2"}   # "other": not this wait's pod
     assert _progress((where, {"b": ["0/5 nodes are available"]}, ["c", "d"]), ["a", "b", "c", "d"]) == (
-        "1 of 4 pods bound, 1 refused (Pending with a FailedScheduling event), 2 open")
+        "1 of 4 pods bound, 1 refused (Pending with the scheduler's verdict), 2 open")
+
+
+def test_a_refused_pod_whose_event_was_dropped_is_refused_by_its_condition():
+    """kube-scheduler drops events when 1,000 are queued; the PodScheduled condition carries the same
+    verdict. Only the pod created (same uid) counts, and a bound pod has no refusal."""
+    from clusterproof.kube.placement import verdicts
+
+    def pod(uid, node=None, reason="Unschedulable"):
+        cond = {"type": "PodScheduled", "status": "False", "reason": reason,
+                "message": "0/5 nodes are available: 3 node(s) had untolerated taint(s)."}
+        return {"metadata": {"uid": uid}, "spec": {"nodeName": node}, "status": {"conditions": [cond]}}
+    created = {"dropped": pod("u1"), "said": pod("u2"), "old": pod("u3"), "bound": pod("u4"), "gated": pod("u5")}
+    now = {"dropped": pod("u1"), "said": pod("u2"), "old": pod("other"), "bound": pod("u4", "node-1"),
+           "gated": pod("u5", reason="SchedulingGated")}
+    got = verdicts(now, created, {"said": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."]})
+    assert got == {"dropped": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."],
+                   "said": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."]}
