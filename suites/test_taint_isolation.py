@@ -123,6 +123,11 @@ def test_pod_without_team_toleration_never_lands_on_a_team_node(cluster, isolati
         watch.stop()
     figures.add(f"{n} pods created -> each bound or refused by the scheduler", time.monotonic() - t0, "s",
                 profile.taint_timeout_s, headline=True)
+    # Events are best effort: how many refusals were read from the pods' condition alone (the scheduler
+    # dropped their FailedScheduling event, or it had not arrived yet).
+    said = pod_events(api, namespace, "FailedScheduling", created)
+    figures.add("refused pods without a FailedScheduling event (verdict read from the PodScheduled condition)",
+                sum(1 for name in names if not placed.get(name) and name in events and name not in said), "pods")
     nodes = pl.read_nodes(api, profile.pool_label)
     _placement(cluster, isolation, [namespace], {}, "pods without team toleration")
     guarded = sum(1 for i in nodes.values() if i.pool.startswith("team-") and i.has_taint(profile.team_taint_key)
