@@ -209,7 +209,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
                 if node:
                     bad.append(f"pod {ns}/{name} of team {team} landed on node {node} of pool {pool}")
                 elif pl.untolerated_count(ev.get(name, [])) is None:
-                    bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint event "
+                    bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint refusal from the scheduler "
                                f"(last: {(ev.get(name) or ['none'])[-1]})")
             elif node and pool not in (f"team-{team}", "shared"):
                 bad.append(f"pod {ns}/{name} of team {team} landed on node {node} of pool {pool}")
@@ -471,7 +471,7 @@ def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace,
                 bad.append(f"pod {ns}/{name} landed on {node}, which carries "
                            f"{profile.preflight_taint_key}")
             elif pl.untolerated_count(ev.get(name, [])) is None:
-                bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint event")
+                bad.append(f"pod {ns}/{name} is Pending without an untolerated-taint refusal from the scheduler")
     # And no pod of this run, anywhere, sits on a node carrying the preflight taint.
     for p in list_raw(api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]:
         node = p["spec"].get("nodeName")
@@ -506,7 +506,8 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
                                       "the preflight taint")
             bad += [f"pod {ns}/{n} landed on {where} while {node.name} carries {profile.preflight_taint_key}"
                     for n, where in now.items() if where]
-            bad += [f"pod {ns}/{n} is Pending without an untolerated-taint event" for n, where in now.items()
+            bad += [f"pod {ns}/{n} is Pending without an untolerated-taint refusal from the scheduler"
+                    for n, where in now.items()
                     if not where and pl.untolerated_count(ev.get(n, [])) is None]
         sel = f"{CHECK_LABEL}=new-node,{RUN_LABEL}={run_id}"
         early = pl.watch_for_changes(api, sel, profile.taint_observe_s,
