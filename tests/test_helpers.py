@@ -324,9 +324,9 @@ def test_a_403_from_rbac_is_told_apart_from_an_admission_denial():
 def test_a_long_wait_for_pods_bound_or_refused_says_how_many_are_which():
     """The heartbeat of the taint suite's 3,000-pod wait shows counts, not a dict of pod names: a slow
     scheduler (few bound) and a slow verdict (few refused) read differently the next morning."""
-    from clusterproof.kube.placement import _progress
+    from clusterproof.kube.placement import settled_so_far
     where = {"a": "node-1", "b": None, "c": None, "d": None, "other": "node-2"}   # "other": not this wait's pod
-    assert _progress((where, {"b": ["0/5 nodes are available"]}, ["c", "d"]), ["a", "b", "c", "d"]) == (
+    assert settled_so_far((where, {"b": ["0/5 nodes are available"]}, ["c", "d"]), ["a", "b", "c", "d"]) == (
         "1 of 4 pods bound, 1 refused (Pending with the scheduler's verdict), 2 open")
 
 

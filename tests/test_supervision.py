@@ -31,3 +31,31 @@ def test_a_module_that_kills_a_component_fails_and_the_next_one_runs(tmp_path):
         for fx in json.loads(f.read_text()).get("afters", []):
             found += [a["name"] for a in fx.get("attachments", [])]
     assert "control-plane components restarted during this module" in found, found
+
+
+def test_a_bring_up_whose_controller_manager_never_starts_says_why_and_keeps_the_logs(tmp_path, monkeypatch):
+    """CI once lost a worker's whole session to "kube-controller-manager created the default ServiceAccount:
+    not reached within 120 s; last seen: None", with the cluster and its logs deleted. Now the line names the
+    component's state and last words, and a failed bring-up keeps the control plane's logs (not the audit
+    log) in the run's directory."""
+    from clusterproof.cluster import backends
+    from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+    from clusterproof.core.waiting import WaitTimeout
+
+    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
+    kc = KwokCluster(f"{NAME_PREFIX}fake-logs", 1, 40)
+    logs = kc.directory / "logs"
+    logs.mkdir(parents=True)
+    (logs / "kube-controller-manager.log").write_text("I0101 started\nE0101 failed to listen on 0.0.0.0:40001: "
+                                                      "bind: address already in use\n\n")
+    (logs / "kube-apiserver.log").write_text("I0101 serving\n")
+    (logs / "audit.log").write_text("{}\n")
+    monkeypatch.setattr(backends, "get_if_present", lambda api, path: None)
+    with pytest.raises(WaitTimeout) as e:
+        backends.wait_controllers_started(None, kc, timeout=0.2)
+    assert str(e.value) == ("kube-controller-manager created the default ServiceAccount: not reached within 0.2 s; "
+                            "kube-controller-manager is not running, its last log line: E0101 failed to listen on "
+                            "0.0.0.0:40001: bind: address already in use"), str(e.value)
+    kept = kc.keep_logs(tmp_path / "run" / "cluster-logs")
+    assert kept == tmp_path / "run" / "cluster-logs" / kc.name
+    assert sorted(p.name for p in kept.iterdir()) == ["kube-apiserver.log", "kube-controller-manager.log"]

@@ -35,7 +35,7 @@ from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.ports import free_ports
 from clusterproof.core.progress import phase
 from clusterproof.core.run import metadata
-from clusterproof.core.waiting import wait_for
+from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import access, apimetrics
 from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.apicalls import Recorder
@@ -153,11 +153,12 @@ class Cluster:
 def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None],
                    keep: bool = False, coscheduling_components: bool = True,
                    on_lease_lost: Callable[[str], None] | None = None,
-                   local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
+                   local_sweeps: Sequence[LocalSweep] = (), logs_to: Path | None = None) -> Cluster:
     """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
     and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each).
     ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``).
-    ``local_sweeps``: what else dead runs left on this machine (``sweep_local``)."""
+    ``local_sweeps``: what else dead runs left on this machine (``sweep_local``). ``logs_to``: where the
+    control plane's logs are kept if the bring-up fails (the cluster, and its logs with it, is deleted)."""
     sweep_local(progress, clusters=True, others=local_sweeps)
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", profile.heartbeat_factor, profile.node_lease_duration_s,
                      kwok_parallelism=profile.kwok_parallelism,
@@ -205,7 +206,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
             identities.grant_simulated_kubelets(api)
         access.provision(api)      # as an SRE would: home, pool and roles, for runs pointed at this cluster
         lease = run_lease(api, run_id, access.HOME, profile, on_lease_lost).acquire()
-        wait_controllers_started(api)
+        wait_controllers_started(api, kc)
         if coscheduling_components:
             coscheduling.apply_crds(api, run_id)
             wait_healthy(coscheduling.health_urls(ports), kc)
@@ -235,6 +236,9 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         if lease is not None:
             lease.abandon()
         if not keep:
+            kept = kc.keep_logs(logs_to) if logs_to is not None else None
+            if kept is not None:
+                progress(f"bring-up failed: the control plane's logs are kept in {kept}")
             kc.delete()
         raise
 
@@ -292,15 +296,21 @@ def wait_healthy(urls: dict[str, str], kc: KwokCluster, timeout: float = 90) -> 
                  what=f"{name} healthy at {url} (log: {kc.directory / 'logs' / (name + '.log')})")
 
 
-def wait_controllers_started(api: client.ApiClient, timeout: float = 120) -> None:
+def wait_controllers_started(api: client.ApiClient, kc: KwokCluster, timeout: float = 120) -> None:
     """kube-controller-manager is working once it has created the default ServiceAccount.
 
     Why wait: its start-up burst (service accounts, endpoint slices, RBAC
     aggregation) is not node bring-up and must not land in the SLO window;
-    pods also need that ServiceAccount in their namespace.
+    pods also need that ServiceAccount in their namespace. If it does not,
+    the failure names the component's state: running or not, its last words.
     """
-    wait_for(lambda: get_if_present(api, "/api/v1/namespaces/default/serviceaccounts/default"),
-             timeout=timeout, interval=0.5, what="kube-controller-manager created the default ServiceAccount")
+    what = "kube-controller-manager created the default ServiceAccount"
+    try:
+        wait_for(lambda: get_if_present(api, "/api/v1/namespaces/default/serviceaccounts/default"),
+                 timeout=timeout, interval=0.5, what=what)
+    except WaitTimeout:
+        raise WaitTimeout(f"{what}: not reached within {timeout:g} s; "
+                          f"{kc.component_state('kube-controller-manager')}") from None
 
 
 def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,

@@ -46,6 +46,7 @@ from clusterproof.core.processes import (
     clear_pid_files,
     elsewhere_note,
     kill_owned,
+    last_log_line,
     owned_process,
     owner_alive,
     owner_elsewhere,
@@ -217,6 +218,25 @@ class KwokCluster:
         """The components that have written a log so far (kwokctl starts them one after the other)."""
         logs = self.directory / "logs"
         return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
+
+    def component_state(self, name: str) -> str:
+        """A component as a failure message names it: running or not, and the last line of its log."""
+        pid = self.pids().get(name)
+        line = last_log_line(self.directory / "logs" / f"{name}.log")
+        said = "no log" if line is None else (f"its last log line: {line[:300]}" if line else "an empty log")
+        return f"{name} is {'running (pid ' + str(pid) + ')' if pid else 'not running'}, {said}"
+
+    def keep_logs(self, dest: Path) -> Path | None:
+        """Copy the components' logs (not the audit log) to ``dest``/<cluster name>/ before the cluster goes:
+        what a failed bring-up leaves to read. None if there were none."""
+        logs = [p for p in (self.directory / "logs").glob("*.log") if p.name != "audit.log"]
+        if not logs:
+            return None
+        out = dest / self.name
+        out.mkdir(parents=True, exist_ok=True)
+        for p in logs:
+            shutil.copyfile(p, out / p.name)
+        return out
 
     @property
     def audit_log(self) -> Path:

@@ -130,7 +130,7 @@ def wait_settled(api: client.ApiClient, ns: str, pods: dict[str, dict], timeout:
         # so the harness does not compete with the scheduler it is waiting for.
         interval = 0.5 if len(names) < 200 else 3.0
         where, ev, _ = wait_for(probe, until=lambda s: not s[2], timeout=timeout, interval=interval, what=what,
-                                describe=lambda s: _progress(s, names))
+                                describe=lambda s: settled_so_far(s, names))
     except AssertionError:
         where, ev, open_ = probe()
         raise AssertionError(f"{what}: not reached within {timeout:g} s; unsettled: "
@@ -141,7 +141,7 @@ def wait_settled(api: client.ApiClient, ns: str, pods: dict[str, dict], timeout:
     return {n: where.get(n) for n in names}, ev
 
 
-def _progress(state: tuple, names: list[str]) -> str:
+def settled_so_far(state: tuple, names: list[str]) -> str:
     """``wait_settled``'s state in a few words, for its heartbeat: pods bound, refused, still open."""
     where, _, open_ = state
     bound = sum(1 for n in names if where.get(n))
