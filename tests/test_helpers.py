@@ -345,3 +345,31 @@ def test_a_refused_pod_whose_event_was_dropped_is_refused_by_its_condition():
     got = verdicts(now, created, {"said": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."]})
     assert got == {"dropped": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."],
                    "said": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."]}
+
+
+def test_server_ports_are_handed_out_in_turn_below_the_ephemeral_range(tmp_path):
+    """A port the OS picks from the ephemeral range can become any outgoing connection's source port before
+    the component binds it ("bind: address already in use"). Ports come from below that range, in turn from
+    one counter (two runs never get the same one), skipping one that something listens on, wrapping round."""
+    import socket
+
+    from clusterproof.core import ports
+    top = ports.ephemeral_low() - 1
+    low = top - ports.MIN_SPAN + 1
+    # A stretch of ports nothing on this machine uses now (other runs may hold some of this range).
+    start = next(p for p in range(low, top - 20) if all(ports.bindable(q) for q in range(p, p + 8)))
+    state = tmp_path / "ports"
+    state.write_text(str(start))
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", start + 1))
+    taken.listen()
+    try:
+        first = ports.free_ports(3, state, low)
+        second = ports.free_ports(2, state, low)
+    finally:
+        taken.close()
+    assert first == [start, start + 2, start + 3] and second == [start + 4, start + 5]
+    assert int(state.read_text()) == start + 6
+    state.write_text(str(top))     # the last port of the span: the one after it is the first
+    got = ports.free_ports(2, state, low)
+    assert got[0] in (top, low) and all(low <= p <= top for p in got) and got[0] != got[1]
