@@ -79,8 +79,8 @@ def refusal(pod: dict) -> str | None:
     1,000 are queued (client-go tools/events: ``maxQueuedEvents``, ``DropIfChannelFull``), as when thousands
     of pods are bound at once and each gets its "Scheduled" event; the condition is a status write. With
     its event dropped, a refused pod looked undecided until the scheduler tried it again, up to 5 minutes
-    later (``podMaxInUnschedulablePodsDuration``) -- the nightly's 3,000-pod taint check once took 355 s
-    instead of about 52 s.
+    later (``podMaxInUnschedulablePodsDuration``): most likely why the nightly's 3,000-pod taint check once
+    took 355 s instead of about 50 s.
     """
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
