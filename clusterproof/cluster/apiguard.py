@@ -24,12 +24,12 @@ several.
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import apimetrics
 from clusterproof.kube import flowcontrol as apf
 
@@ -144,17 +144,21 @@ class ApiGuard:
                         self.excused[k] = self.excused.get(k, 0.0) + v
 
     def settled(self, before: str) -> str | None:
-        """A scrape after which two reads ``SETTLE_EVERY_S`` apart count the same 5xx since ``before``."""
-        deadline, last = time.monotonic() + SETTLE_S, None
-        while True:
+        """A scrape after which two reads ``SETTLE_EVERY_S`` apart count the same 5xx since ``before`` (the last
+        one read if the count still moves after ``SETTLE_S``; None if the counters cannot be read)."""
+        reads: list[tuple[str | None, dict]] = []
+
+        def read() -> list[tuple[str | None, dict]]:
             after = self.scrape(before)
-            if after is None:
-                return None
-            now = server_errors(before, after)
-            if now == last or time.monotonic() >= deadline:
-                return after
-            last = now
-            time.sleep(SETTLE_EVERY_S)
+            reads.append((after, server_errors(before, after) if after else {}))
+            return reads
+        try:
+            wait_for(read, until=lambda r: r[-1][0] is None or (len(r) > 1 and r[-1][1] == r[-2][1]),
+                     timeout=SETTLE_S, interval=SETTLE_EVERY_S, heartbeat_s=0,
+                     what="the API servers' 5xx count settled after an excused window")
+        except WaitTimeout:
+            pass
+        return reads[-1][0]
 
     def mark(self) -> Mark:
         with self._lock:

@@ -31,14 +31,12 @@ import datetime as dt
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import allure
 from kubernetes import client
 
 from clusterproof.cluster.apiguard import ApiGuard
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
-from clusterproof.core import processes
 from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, raw_request
@@ -51,12 +49,6 @@ LEASE_SLACK_S = 5.0
 # How long a control plane may take to recover before it counts as broken: a restarted
 # kube-scheduler waits for its predecessor's 15 s lease to expire before it leads.
 RECOVERY_S = 45.0
-
-
-def last_log_line(log: Path) -> str:
-    """The last non-empty line of a component's log (its own words about why it stopped)."""
-    line = processes.last_log_line(log)
-    return "(no log)" if line is None else line[:400] if line else "(empty log)"
 
 
 @dataclass
@@ -135,7 +127,7 @@ class Supervisor:
                 self._restart(dead)
 
     def _restart(self, dead: list[str]) -> None:
-        found = [Restart(name, time.time(), last_log_line(self.kwok.directory / "logs" / f"{name}.log"), False)
+        found = [Restart(name, time.time(), self.kwok.last_words(name), False)
                  for name in dead]
         # kwokctl start cluster skips a component whose pid file names any live pid (signal 0) --
         # a zombie, or by now an unrelated process: every pid file that is not provably the
@@ -198,7 +190,7 @@ def problems(cluster, supervisor: Supervisor | None) -> list[str]:
     if supervisor is not None:
         for name in supervisor.down():
             out.append(f"{name} is not running (its last log line: "
-                       f"{last_log_line(cluster.kwok.directory / 'logs' / f'{name}.log')})")
+                       f"{cluster.kwok.last_words(name)})")
     try:
         why = readyz_problem(cluster.api)
         if why:
@@ -260,7 +252,7 @@ class ModuleGuard:
             # before the supervisor looked (a restart the supervisor made is already in ``restarted``).
             seen = {r.component for r in restarted} | set(sup.ever_paused[self.paused_mark:])
             now = cluster.kwok.pids()
-            restarted += [Restart(c, time.time(), last_log_line(cluster.kwok.directory / "logs" / f"{c}.log"),
+            restarted += [Restart(c, time.time(), cluster.kwok.last_words(c),
                                   c in now, None if c in now else "not running")
                           for c, pid in self.pids.items() if now.get(c) != pid and c not in seen]
         if restarted:

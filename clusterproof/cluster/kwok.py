@@ -46,7 +46,7 @@ from clusterproof.core.processes import (
     clear_pid_files,
     elsewhere_note,
     kill_owned,
-    last_log_line,
+    last_words,
     owned_process,
     owner_alive,
     owner_elsewhere,
@@ -219,12 +219,15 @@ class KwokCluster:
         logs = self.directory / "logs"
         return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
 
+    def last_words(self, name: str) -> str:
+        """The last non-empty line of a component's log (its own words about why it stopped)."""
+        return last_words(self.directory / "logs" / f"{name}.log")
+
     def component_state(self, name: str) -> str:
-        """A component as a failure message names it: running or not, and the last line of its log."""
+        """A component as a failure message names it: running or not, and its last words."""
         pid = self.pids().get(name)
-        line = last_log_line(self.directory / "logs" / f"{name}.log")
-        said = "no log" if line is None else (f"its last log line: {line[:300]}" if line else "an empty log")
-        return f"{name} is {'running (pid ' + str(pid) + ')' if pid else 'not running'}, {said}"
+        return (f"{name} is {'running (pid ' + str(pid) + ')' if pid else 'not running'}, "
+                f"its last log line: {self.last_words(name)}")
 
     def keep_logs(self, dest: Path) -> Path | None:
         """Copy the components' logs (not the audit log) to ``dest``/<cluster name>/ before the cluster goes:

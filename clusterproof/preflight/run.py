@@ -34,11 +34,11 @@ from pathlib import Path
 import allure
 
 from clusterproof import IMPORT_ROOT as ROOT
-from clusterproof.cluster.health import last_log_line
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
     elsewhere_note,
+    last_words,
     own_session_dying_with_parent,
     owner_alive,
     owner_elsewhere,
@@ -100,7 +100,7 @@ class AgentProcess:
         """Raise (one line, with its last log line) if the agent is gone."""
         if self.proc.poll() is not None:
             raise HarnessError(f"the preflight agent exited with code {self.proc.returncode}; its last log "
-                               f"line: {last_log_line(self.log)}")
+                               f"line: {last_words(self.log)}")
 
     def stop(self) -> None:
         stop_group(self.proc, grace_s=15)

@@ -46,7 +46,7 @@ from clusterproof.core.processes import (
     OWNER_FILE,
     claim_directory,
     elsewhere_note,
-    last_log_line,
+    last_words,
     own_session_dying_with_parent,
     owned_process,
     owner_alive,
@@ -199,7 +199,7 @@ class PromServer:
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise HarnessError(f"Prometheus exited with {self.proc.returncode} while starting: "
-                                   f"{_last_line(self.log)} (log: {self.log})")
+                                   f"{last_words(self.log, 300)} (log: {self.log})")
             try:
                 return prom.session.get(f"{self.url}/-/ready", timeout=2).status_code == 200
             except Exception:
@@ -234,11 +234,6 @@ class PromServer:
 
     def client(self) -> Prom:
         return Prom(self.url)
-
-
-def _last_line(log: Path) -> str:
-    line = last_log_line(log)
-    return "(no log)" if line is None else line[:300] if line else "(empty log)"
 
 
 def runs_root() -> Path:
