@@ -224,10 +224,14 @@ def test_checker_image_matches_the_dockerfile(built):
 
 # ---------------------------------------------------------------- bad input
 
+def _as_user(user: int, *cmd: str) -> list[str]:
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+
+
 def _cli(*args: str, env: dict | None = None, user: int | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "clusterproof.cluster.images", *args]
     if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        cmd = _as_user(user, *cmd)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -253,6 +257,12 @@ def test_missing_tools_and_bad_arguments_are_one_line(tmp_path):
 
 
 def test_checker_build_as_non_root_is_one_line(tmp_path):
+    """Runs the package as uid 65534, so the checkout and its venv must be open to other users."""
+    probe = subprocess.run(_as_user(65534, sys.executable, "-c", "import clusterproof"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, (
+        f"uid 65534 cannot import the checkout at {ROOT} ({(probe.stderr.strip().splitlines() or ['?'])[-1]}): "
+        "clone into a directory other users may enter (a `mktemp -d` directory is 0700: chmod 755 it)")
     tmp_path.chmod(0o777)
     env = {**os.environ, "CLUSTERPROOF_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
     _one_line(_cli("checker", env=env, user=65534), "needs root", "sudo", code=exitcodes.SETUP_FAILED)
