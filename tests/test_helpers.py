@@ -373,3 +373,12 @@ def test_server_ports_are_handed_out_in_turn_below_the_ephemeral_range(tmp_path)
     state.write_text(str(top))     # the last port of the span: the one after it is the first
     got = ports.free_ports(2, state, low)
     assert got[0] in (top, low) and all(low <= p <= top for p in got) and got[0] != got[1]
+
+
+def test_cpu_per_test_sums_each_modules_three_figures_once():
+    from tests.cpu_per_test import per_module
+    lines = [json.dumps({"test": f"tests/test_{m}.py::t{i}", "wall_s": 10, "own_s": 1, "children_s": c, "cluster_s": 2})
+             for i, (m, c) in enumerate([("a", 3), ("b", 20), ("a", 4)])]
+    modules = per_module(lines)
+    assert list(modules) == ["test_b.py", "test_a.py"]          # the most CPU first
+    assert modules["test_a.py"]["cpu_s"] == 1 + 3 + 2 + 1 + 4 + 2 and modules["test_a.py"]["wall_s"] == 20

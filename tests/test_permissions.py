@@ -44,6 +44,7 @@ from clusterproof.kube.client import api_message, load_client, merge_patch, raw_
 from clusterproof.kube.tokens import LOAD_RULES
 from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
+from tests.test_api_overload_controls import CONTROL as APF_CONTROL
 
 pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]
 
@@ -54,6 +55,10 @@ SA_USER = f"system:serviceaccount:{access.HOME}:{access.SERVICE_ACCOUNT}"
 # only rule the runs here cannot use; issue 21 (real kubelets) removes both exceptions.
 NEEDS_CONTAINERS = "not test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions"
 UNUSED_HERE = {(access.POOL_ROLE, "get", "", "pods/log")}
+# These runs prove which calls a run makes, not what the cluster does within a window or under a load
+# (the suites on smoke prove that, and each suite's controls): their "nothing may happen" windows are
+# short and the flood is the API overload controls' own. Every check, and so every call, still runs.
+GUEST_WINDOWS = ("gang_observe_s=5", "taint_observe_s=3", *APF_CONTROL)
 
 
 def _old_manifest() -> Manifest:
@@ -133,7 +138,8 @@ def guest_runs(cluster, profile, tmp_path_factory) -> dict[str, GuestRun]:
             # Service someone else churns (on the shared pool); destructive, a pool the guest's own pods may
             # use, and native gangs too.
             settings = {"read-only": ["watch_window_s=15"],
-                        "destructive": ["watch_pool=shared", "gang_scale_size=20", "gang_native=true"]}[mode]
+                        "destructive": ["watch_pool=shared", "gang_scale_size=20", "gang_native=true",
+                                        *GUEST_WINDOWS]}[mode]
             extra = access.manifest_docs(True)[len(access.manifest_docs(False)):] if mode == "destructive" else []
             existing = (guest.churned_service(api, profile, "sre-perm", pool="shared") if mode == "read-only"
                         else contextlib.nullcontext(None))
