@@ -2,51 +2,41 @@
 
     CLUSTERPROOF_CPU_PER_TEST=cpu.jsonl .venv/bin/python -m pytest tests --cp-profile smoke \\
         -n 4 --dist loadfile --no-loadscope-reorder -p tests.cpu_per_test
-    python tests/cpu_per_test.py cpu.jsonl
+    .venv/bin/python tests/cpu_per_test.py cpu.jsonl
 
-A test's CPU is three figures, each counted once: the worker's own (``time.process_time``), the child
-processes it started and reaped (``RUSAGE_CHILDREN``: child runs, their locust), and the components of
-the worker's session cluster (``/proc/<pid>/stat``; each worker has its own, so the apiserver's work for
-a child run pointed at it lands on that test). A test that brings the session cluster up is charged with
-its bring-up. Not counted: the clusters child runs start for themselves (their components are detached
-from the run that starts them).
+A test's CPU is three figures, each counted once: the worker's own and that of the child processes it
+started and reaped (child runs, their locust), as ``clusterproof.core.selfcost`` measures the harness, and
+the components of the worker's session cluster (``clusterproof.bench.bringup.cpu_seconds``; each worker
+has its own, so the apiserver's work for a child run pointed at it lands on that test). A test that
+brings the session cluster up is charged with its bring-up. Not counted: the clusters child runs start
+for themselves (their components are detached from the run that starts them).
 """
 from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 ENV = "CLUSTERPROOF_CPU_PER_TEST"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK      # utime + stime
 
 
 def _cluster_cpu(config: pytest.Config) -> dict[str, float]:
+    """CPU-seconds of the session cluster's components, by name and pid (a restarted one is a new key)."""
+    import psutil
+
+    from clusterproof.bench.bringup import cpu_seconds
     from fixtures.cluster import CLUSTER
     c = config.stash.get(CLUSTER, None)
     if c is None or c.kwok is None:
         return {}
-    cpu = {f"{name}:{pid}": _process_cpu(pid) for name, pid in c.kwok.pids().items()}
-    return {k: v for k, v in cpu.items() if v is not None}
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    try:
+        return cpu_seconds({f"{name}:{pid}": pid for name, pid in c.kwok.pids().items()})
+    except psutil.NoSuchProcess:     # a component a control stops, gone between the listing and the read
+        return {}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -55,12 +45,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if not out:
         yield
         return
-    t0, own0, children0, cluster0 = time.monotonic(), time.process_time(), _children_cpu(), _cluster_cpu(item.config)
-    yield
+    from clusterproof.core import selfcost  # here: the table below runs without the package's imports
+    cluster0 = _cluster_cpu(item.config)
+    with selfcost.measured(item.nodeid) as cost:
+        yield
     cluster = sum(v - cluster0.get(k, 0.0) for k, v in _cluster_cpu(item.config).items())
-    record = {"test": item.nodeid, "wall_s": round(time.monotonic() - t0, 1),
-              "own_s": round(time.process_time() - own0, 2), "children_s": round(_children_cpu() - children0, 2),
-              "cluster_s": round(cluster, 2)}
+    record = {"test": item.nodeid, "wall_s": round(cost.wall_s, 1), "own_s": round(cost.own_s, 2),
+              "children_s": round(cost.children_s, 2), "cluster_s": round(cluster, 2)}
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
 
