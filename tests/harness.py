@@ -35,7 +35,7 @@ class SuiteRun:
 # PUT p99 of 1.5 s over 3 calls failed the baseline self-test's first run against the session cluster).
 # A child run gets SLO bounds nothing breaks unless its arguments name the key: a control proving that an
 # SLO check catches a slow cluster passes the shipped bound itself (``shipped_slo``), and ``./proof test``
-# runs every suite alone afterwards, on the shipped bounds.
+# runs the suites that judge them alone afterwards, on the shipped bounds (./proof: SLO_SUITES).
 LATENCY_SLOS = ("slo_mutating_p99_s", "slo_list_p99_s", "slo_pod_startup_p99_s")
 NOT_JUDGED_SLO_S = 600.0
 

@@ -12,7 +12,9 @@ The scanner is shown to find a planted code (its negative control).
 Then the codes are seen passing through ``./proof`` for real: bad input (4)
 before pytest starts, nothing selected (5) and a red check (1) from pytest
 itself, a failed set-up (8), an unknown subcommand (4); ``./proof test`` stops
-at its first failing step with that step's code; and ``make run``, calling
+at its first failing step with that step's code (the suites without a latency
+SLO beside the self-tests, those with one alone: its list is exactly the suites
+that read a latency SLO bound); and ``make run``, calling
 ``./proof run``, turns them all into 2 -- why ./proof exists. The Makefile's
 set-up (``make -s venv``) is replaced by a stub on PATH in these runs: it is
 not what is tested, and a real one could reinstall the venv.
@@ -24,12 +26,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from clusterproof.core import exitcodes
+from clusterproof.core.waiting import wait_for
+from tests.harness import LATENCY_SLOS
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,7 +256,9 @@ def _fake_repo(tmp_path: Path, python_status: dict[str, int]) -> Path:
     cases = "".join(f"  *'{k}'*) exit {v};;\n" for k, v in python_status.items())
     (repo / ".venv" / "bin" / "python").write_text(
         "#!/usr/bin/env bash\n"
-        f"python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> {tmp_path / 'python.log'}\n"
+        # one write a call: the two steps started together append to one log
+        "python3 -c 'import json,sys; sys.stdout.write(json.dumps(sys.argv[1:]) + chr(10))' "
+        f"\"$@\" >> {tmp_path / 'python.log'}\n"
         f"case \"$*\" in\n{cases}esac\nexit 0\n")
     (repo / ".venv" / "bin" / "python").chmod(0o755)
     return repo
@@ -262,27 +269,73 @@ def _calls(tmp_path: Path) -> list[list[str]]:
     return [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
 
 
+SLO_SUITES = ["suites/test_api_overload.py", "suites/test_burst_pod_creation.py", "suites/test_cluster_scale.py"]
+BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in SLO_SUITES], "--cp-profile", "smoke"]
+SELF = ["-m", "pytest", "tests", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile", "--no-loadscope-reorder"]
+
+
 @pytest.mark.parametrize("failing,code,steps", [
-    (None, 0, 4),
+    (None, 0, 5),
     ("clusterproof.prometheus.history", 8, 1),
-    ("pytest tests", 4, 2),
-    ("pytest suites --cp-profile smoke", 1, 3),
-    ("test_cluster_scale.py", 7, 4),
+    ("pytest tests", 4, 3),
+    ("pytest suites --ignore", 1, 3),
+    ("pytest suites/test_api_overload.py", 1, 4),
+    ("test_cluster_scale.py --cp-profile nightly", 7, 5),
 ])
-def test_proof_test_runs_the_four_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code,
-                                                                                         steps):
+def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code, steps):
+    """The history; the suites without a latency SLO beside the self-tests (started together: either may
+    log first); the suites with one alone on smoke; the 7,500-node bring-up check."""
     repo = _fake_repo(tmp_path, {failing: code} if failing else {})
     bin_dir = _stub_make(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "CLUSTERPROOF_TEST_WORKERS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CLUSTERPROOF_TEST_WORKERS", "CLUSTERPROOF_OUTPUT_DIR")}
     run = subprocess.run([str(repo / "proof"), "test"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert run.returncode == code, run.stdout + run.stderr
     assert (tmp_path / "make.log").read_text().split() == ["make", "-s", "setup"]
-    assert _calls(tmp_path) == [
-        ["-m", "clusterproof.prometheus.history", "--profile", "smoke"],
-        ["-m", "pytest", "tests", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile", "--no-loadscope-reorder"],
-        ["-m", "pytest", "suites", "--cp-profile", "smoke"],
+    calls = _calls(tmp_path)
+    if steps > 1:
+        calls[1:3] = sorted(calls[1:3])
+    assert calls == [
+        ["-m", "clusterproof.prometheus.history", "--profile", "smoke"], *sorted([BESIDE, SELF]),
+        ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
+    if steps > 1:
+        assert "proof test: .venv/bin/python -m pytest suites --ignore" in run.stdout, run.stdout
+        assert (repo / "out" / "suites-on-smoke.log").exists()
+
+
+def test_proof_test_forwards_sigterm_to_the_suites_beside_the_self_tests(tmp_path):
+    """The run beside the self-tests starts with SIGINT ignored (a background job of a script): a SIGTERM to
+    ./proof reaches it, ./proof waits for it to end (its teardown) and exits with its code (2, interrupted)."""
+    repo = _fake_repo(tmp_path, {})
+    log = tmp_path / "beside.log"
+    python = repo / ".venv" / "bin" / "python"
+    python.write_text(python.read_text().replace(
+        "case \"$*\" in\n",
+        "case \"$*\" in\n"
+        f"  *'pytest suites --ignore'*) trap 'echo TERM >> {log}; exit 2' TERM; sleep 30 & wait $!; exit 0;;\n"
+        "  *'pytest tests'*) sleep 3;;\n"))
+    bin_dir = _stub_make(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("CLUSTERPROOF_TEST_WORKERS", "CLUSTERPROOF_OUTPUT_DIR")}
+    proc = subprocess.Popen([str(repo / "proof"), "test"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    wait_for(lambda: len(_calls(tmp_path)) >= 3, timeout=20, interval=0.1, what="both steps started")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2, out
+    assert log.read_text() == "TERM\n", out
+    assert "exited 2" in out and "--cp-profile nightly" not in out, out
+
+
+def test_proof_tests_alone_step_holds_every_suite_that_judges_a_latency_slo():
+    """A suite that reads a latency SLO bound (tests/harness.py LATENCY_SLOS) must run alone, never beside
+    the self-tests' load: ./proof's SLO_SUITES is exactly those suites."""
+    listed = re.search(r"^SLO_SUITES=\(([^)]*)\)", (ROOT / "proof").read_text(), re.M)
+    assert listed, "./proof has no SLO_SUITES=(...) line"
+    judging = sorted(f"suites/{p.name}" for p in (ROOT / "suites").glob("test_*.py")
+                     if any(key in p.read_text() for key in LATENCY_SLOS))
+    assert sorted(listed.group(1).split()) == judging == SLO_SUITES, (
+        f"./proof SLO_SUITES {listed.group(1).split()} against the suites that judge a latency SLO {judging}")
 
 
 def test_proof_run_mirrors_make_runs_steps_with_profile_args_and_its_own_arguments(tmp_path):

@@ -17,6 +17,8 @@ Now every run writes under its own run id::
       history/                  Allure's trend history, carried from one ``./proof report`` to the next
       pytest-cache/             pytest's cache (--lf, --ff): pytest.ini's cache_dir, set by the plugin
       bench/                    bench JSON when clusterproof is installed, not run from a checkout
+      suites-on-smoke.log       ``./proof test``: the console of the suites it runs alongside the
+                                self-tests (printed after theirs)
 
 Pure (no pytest import): the plugin, the upgrade job, the benches and
 ``./proof report`` (``python -m clusterproof.core.outputs``) share it.
