@@ -145,7 +145,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     to plain pods for good. Red: the timeout never fired, or the gang kept (or took back) its nodes."""
     # Deterministic, not a race: the plain pods that must get the nodes are
     # created once the scheduler has said that the gang timed out (a
-    # FailedScheduling event "rejected due to timeout" on its members), so they
+    # "rejected due to timeout" on a member's PodScheduled condition or event), so they
     # do not compete with pods that waited before. Bounds: the timeout plus 60 s
     # for the scheduler to fire it; then ``gang_bind_timeout_s`` for the plain
     # pods, and ``gang_observe_s`` in which the gang must not take a node back.

@@ -347,6 +347,23 @@ def test_a_refused_pod_whose_event_was_dropped_is_refused_by_its_condition():
                    "said": ["0/5 nodes are available: 3 node(s) had untolerated taint(s)."]}
 
 
+def test_a_gangs_timeout_rejection_is_read_on_the_member_itself():
+    """The gang suite once waited 75 s for a 'rejected due to timeout' event that never came (events are best
+    effort); the scheduler writes the same message to the member's PodScheduled condition. Another
+    refusal, or a bound member, is not a timeout rejection."""
+    from clusterproof.gang.gangs import timeout_rejection
+
+    def pod(message, reason="Unschedulable", status="False"):
+        return {"metadata": {"name": "m-0"}, "spec": {},
+                "status": {"conditions": [{"type": "PodScheduled", "status": status, "reason": reason,
+                                           "message": message}]}}
+    timed_out = "rejected due to timeout after waiting 10s at plugin Coscheduling"
+    assert timeout_rejection(pod(timed_out)) == timed_out
+    assert timeout_rejection(pod("0/6 nodes are available: 6 Insufficient nvidia.com/gpu.")) is None
+    assert timeout_rejection(pod("", reason="", status="True")) is None
+    assert timeout_rejection({"metadata": {"name": "m-1"}, "spec": {}, "status": {}}) is None
+
+
 def test_server_ports_are_handed_out_in_turn_below_the_ephemeral_range(tmp_path):
     """A port the OS picks from the ephemeral range can become any outgoing connection's source port before
     the component binds it ("bind: address already in use"). Ports come from below that range, in turn from

@@ -27,6 +27,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import get_if_present, list_raw, raw_request
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.nodes import is_ready
+from clusterproof.kube.placement import refusal
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import create_pods, delete_pods, list_pods, pod_events, terminating
 
@@ -255,11 +256,15 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
     """
     members, bound, done_at = set(gang.pods), set(), []
     first_bound = bound_at if bound_at is not None else {}
+    timed_out: list[str] = []
 
     def apply(kind: str, pod: dict) -> None:
         name = pod["metadata"]["name"]
         if name not in members:
             return
+        why = timeout_rejection(pod) if kind != "DELETED" else None
+        if why and give_up_on_timeout and not timed_out:
+            timed_out.append(f"pod {name}: {why}")
         if kind != "DELETED" and pod["spec"].get("nodeName"):
             bound.add(name)
             first_bound.setdefault(name, time.monotonic())
@@ -270,7 +275,6 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
 
     inf = Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
                    apply, chunk_s=5).start()
-    timed_out: list[str] = []
 
     def finished() -> bool:
         inf.check()
@@ -318,15 +322,48 @@ def watch_nothing_binds(api: client.ApiClient, ns: str, pods: list[str], seconds
     return bound
 
 
+def timeout_rejection(pod: dict) -> str | None:
+    """The scheduler's Permit-timeout rejection of ``pod`` as written on the pod itself (the message of its
+    PodScheduled=False condition, the text of the FailedScheduling event), or None.
+
+    Why not the event alone: events are best effort. kube-scheduler's broadcaster (client-go
+    ``tools/events``) drops an event when 1,000 are queued, and files one that matches an event it sent
+    minutes before (same type, reason, action and object: ``getKey`` has no note) as a series of that
+    event, whose note stays the earlier one. The condition is a status write with the same message
+    (``handleSchedulingFailure``), and an informer sees every write, even one the member's next attempt
+    overwrites a second later. Seen once (2026-11-26, the gang suite on smoke beside the self-tests):
+    no timeout event within 75 s, the check red on a healthy cluster.
+    """
+    msg = refusal(pod)
+    return msg if msg and TIMED_OUT in msg else None
+
+
 def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
-    """Until the scheduler says a member of ``gang`` was rejected at Permit for its timeout."""
-    members = list_pods(api, gang.namespace, f"{GANG_LABEL}={gang.name}")
-    with phase(f"wait until gang {gang.name} is rejected for its schedule timeout"):
-        wait_for(lambda: [m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
-                          for m in msgs if TIMED_OUT in m],
-                 timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
-                                                   f"(a FailedScheduling event '{TIMED_OUT}')",
-                 describe=lambda found: found[0] if found else "no such event yet")
+    """Until the scheduler says a member of ``gang`` was rejected at Permit for its timeout: on the member
+    itself (``timeout_rejection``, followed by an informer) or in a FailedScheduling event."""
+    found: list[str] = []
+
+    def apply(kind: str, pod: dict) -> None:
+        why = timeout_rejection(pod) if kind != "DELETED" else None
+        if why:
+            found.append(f"pod {pod['metadata']['name']}: {why}")
+    inf = Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
+                   apply, chunk_s=5).start()
+
+    def seen() -> list[str]:
+        inf.check()
+        if not found:
+            members = {p["metadata"]["name"]: p for p in inf.snapshot()}
+            found.extend(m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
+                         for m in msgs if TIMED_OUT in m)
+        return found
+    try:
+        with phase(f"wait until gang {gang.name} is rejected for its schedule timeout"):
+            wait_for(seen, timeout=timeout, interval=1, what=f"gang {gang.name} rejected for its schedule timeout "
+                                                             f"('{TIMED_OUT}' on a member or in its event)",
+                     describe=lambda f: f[0] if f else "no member or event says so yet")
+    finally:
+        inf.stop()
 
 
 def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:
