@@ -172,6 +172,9 @@ class Heartbeat:
         self.state: Any = _UNSEEN
         self.lines = 0
         self.active = False
+        # Held while a line is written and while the block ends: no line after its block (a line the ticker
+        # had picked as due used to be written just after __exit__, under load).
+        self._writing = threading.Lock()
 
     def seen(self, state: Any) -> None:
         self.state = state
@@ -193,13 +196,14 @@ class Heartbeat:
         return f"waiting for {self.what}: {far}{detail}"
 
     def beat(self, now: float | None = None) -> None:
-        if not self.active:
-            return
-        try:
-            self.log.info(self.line(now))
-            self.lines += 1
-        except Exception:   # a heartbeat that cannot be written is not worth a failure
-            pass
+        with self._writing:
+            if not self.active:
+                return
+            try:
+                self.log.info(self.line(now))
+                self.lines += 1
+            except Exception:   # a heartbeat that cannot be written is not worth a failure
+                pass
 
     def __enter__(self) -> "Heartbeat":
         if self.period > 0:
@@ -208,7 +212,8 @@ class Heartbeat:
         return self
 
     def __exit__(self, *exc) -> bool:
-        self.active = False
+        with self._writing:
+            self.active = False
         _ticker().discard(self)
         return False
 
