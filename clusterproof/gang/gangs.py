@@ -279,9 +279,7 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
     def finished() -> bool:
         inf.check()
         if give_up_on_timeout and not done_at and not timed_out:
-            pods = {p["metadata"]["name"]: p for p in inf.snapshot()}
-            timed_out.extend(m for msgs in pod_events(api, gang.namespace, "FailedScheduling", pods).values()
-                             for m in msgs if TIMED_OUT in m)
+            timed_out.extend(timeout_events(api, gang.namespace, inf.snapshot()))
         return bool(done_at or timed_out)
     try:
         with phase(f"wait until gang {gang.name} is bound completely ({len(members)} pods)"):
@@ -338,6 +336,12 @@ def timeout_rejection(pod: dict) -> str | None:
     return msg if msg and TIMED_OUT in msg else None
 
 
+def timeout_events(api: client.ApiClient, ns: str, members: list[dict]) -> list[str]:
+    """The Permit-timeout rejections the scheduler's FailedScheduling events of ``members`` say."""
+    by_name = {p["metadata"]["name"]: p for p in members}
+    return [m for msgs in pod_events(api, ns, "FailedScheduling", by_name).values() for m in msgs if TIMED_OUT in m]
+
+
 def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
     """Until the scheduler says a member of ``gang`` was rejected at Permit for its timeout: on the member
     itself (``timeout_rejection``, followed by an informer) or in a FailedScheduling event."""
@@ -353,9 +357,7 @@ def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
     def seen() -> list[str]:
         inf.check()
         if not found:
-            members = {p["metadata"]["name"]: p for p in inf.snapshot()}
-            found.extend(m for msgs in pod_events(api, gang.namespace, "FailedScheduling", members).values()
-                         for m in msgs if TIMED_OUT in m)
+            found.extend(timeout_events(api, gang.namespace, inf.snapshot()))
         return found
     try:
         with phase(f"wait until gang {gang.name} is rejected for its schedule timeout"):
