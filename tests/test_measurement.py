@@ -125,3 +125,49 @@ def test_the_bringup_bench_bounds_the_taint_lift_rate_by_the_node_lifecycle_work
     assert b["rate_bound_nodes_per_second"] == 53.3, b
     # Negative control: no node calls in the window, no bound claimed.
     assert taint_lift_bound(before, before)["rate_bound_nodes_per_second"] is None
+
+
+def _kcm(depth: float, work_s: float, items: float, get: tuple[float, float], patch: tuple[float, float]) -> str:
+    """A kube-controller-manager scrape: its node lifecycle queue, and its client's GET and PATCH
+    (sum, count) split over two hosts, as several API servers would give."""
+    q = 'name="node_lifecycle_controller"'
+    lines = ["# TYPE workqueue_depth gauge", f"workqueue_depth{{{q}}} {depth}",
+             'workqueue_depth{name="ttl_controller"} 999',
+             f"workqueue_work_duration_seconds_sum{{{q}}} {work_s}",
+             f"workqueue_work_duration_seconds_count{{{q}}} {items}"]
+    for verb, (s, n) in (("GET", get), ("PATCH", patch)):
+        for host in ("a:6443", "b:6443"):
+            lines += [f'rest_client_request_duration_seconds_sum{{host="{host}",verb="{verb}"}} {s / 2}',
+                      f'rest_client_request_duration_seconds_count{{host="{host}",verb="{verb}"}} {n / 2}']
+    return "\n".join(lines) + "\n"
+
+
+def test_the_bringup_bench_reads_the_node_lifecycle_controllers_own_queue():
+    from clusterproof.bench.bringup import kcm_sample, node_lifecycle_queue
+    samples = [(0.0, kcm_sample(_kcm(0, 0, 0, (0, 0), (0, 0)))),
+               (5.0, kcm_sample(_kcm(7000, 1, 10, (1, 10), (2, 10)))),
+               # 10 s with the queue full: 8 workers busy (80 s of work), 500 items of 0.16 s each;
+               # the client's 500 GETs took 0.06 s each and its 500 PATCHes 0.1 s
+               (15.0, kcm_sample(_kcm(6500, 81, 510, (31, 510), (52, 510)))),
+               (20.0, kcm_sample(_kcm(0, 90, 7000, (40, 7000), (60, 7000))))]   # the drain: not counted
+    q = node_lifecycle_queue(samples)
+    assert (q["peak_queue_depth"], q["saturated_seconds"], q["busy_workers_mean"]) == (7000, 10.0, 8.0), q
+    assert (q["items_per_second"], q["item_mean_s"]) == (50.0, 0.16), q
+    assert (q["kcm_client_get_mean_s"], q["kcm_client_patch_mean_s"]) == (0.06, 0.1), q
+    # Negative control: a queue never fuller than its workers claims no saturation and no figures.
+    idle = node_lifecycle_queue([(0.0, kcm_sample(_kcm(3, 0, 0, (0, 0), (0, 0)))),
+                                 (5.0, kcm_sample(_kcm(2, 1, 10, (1, 10), (2, 10))))])
+    assert idle["saturated_seconds"] == 0.0 and "busy_workers_mean" not in idle, idle
+
+
+def test_simulated_nodes_register_with_the_labels_a_kubelet_gives_its_node():
+    from clusterproof.cluster.node_plan import kubelet_labels
+    from clusterproof.cluster.nodes import node_bodies
+    from clusterproof.config.profile import load_profile
+    body = next(node_bodies(load_profile("smoke", []), "run"))
+    labels = body["metadata"]["labels"]
+    assert kubelet_labels(body["metadata"]["name"]).items() <= labels.items(), labels
+    # Without the beta pair kube-controller-manager adds it to every node during bring-up (a GET and a PATCH
+    # in the workers that lift the not-ready taint): a real kubelet registers with both.
+    assert labels["beta.kubernetes.io/os"] == labels["kubernetes.io/os"], labels
+    assert labels["beta.kubernetes.io/arch"] == labels["kubernetes.io/arch"], labels

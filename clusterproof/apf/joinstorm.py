@@ -34,7 +34,7 @@ from kubernetes import client
 
 from clusterproof.apf import flood as fm
 from clusterproof.cluster.apiguard import server_errors
-from clusterproof.cluster.node_plan import node_capacity
+from clusterproof.cluster.node_plan import kubelet_labels, node_capacity
 from clusterproof.cluster.nodes import ReadyTracker
 from clusterproof.core.progress import phase
 from clusterproof.core.run import SCRATCH_LABEL, metadata
@@ -49,8 +49,7 @@ MODES = ("paced", "storm")
 
 
 def join_body(profile, run_id: str, name: str, tag: str) -> dict:
-    meta = metadata(name, run_id, {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok",
-                                   SCRATCH_LABEL: tag})
+    meta = metadata(name, run_id, {**kubelet_labels(name), "type": "kwok", SCRATCH_LABEL: tag})
     meta["annotations"][KWOK_ANNOTATION] = "fake"
     cap = node_capacity(profile)
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta,

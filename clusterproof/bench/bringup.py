@@ -48,15 +48,18 @@ class PeakRss(threading.Thread):
 
 
 # kube-controller-manager's node lifecycle controller lifts the not-ready taint in nodeUpdateWorkerSize
-# workers, a constant upstream (pkg/controller/nodelifecycle: 8; no flag on any real cluster either), each
-# doing a GET of the node (resourceVersion 0, the watch cache) and a PATCH of its taints.
+# workers, a constant upstream (pkg/controller/nodelifecycle: 8; no flag on any real cluster either). Each
+# item of its queue is one node: a GET of the node (resourceVersion 0, the watch cache) and a PATCH of its
+# taints, and a GET and a PATCH of its labels if the beta OS/arch pair is missing (reconcileNodeLabels).
 NODE_LIFECYCLE_WORKERS = 8
+NODE_LIFECYCLE_QUEUE = 'name="node_lifecycle_controller"'
+KCM_SAMPLE_EVERY_S = 5.0
 
 
 def taint_lift_bound(before: str, after: str) -> dict:
-    """What caps the rate at which new nodes become schedulable (pure): the apiserver's median GET and
-    PATCH of a node during bring-up, and the rate the node lifecycle controller's workers can reach
-    at those latencies (one GET and one PATCH per node, ``NODE_LIFECYCLE_WORKERS`` at a time)."""
+    """The apiserver's view (pure): its median GET and PATCH of a node during bring-up, and the rate the
+    node lifecycle controller's workers would reach if each item took just those two medians. The
+    controller's own view (``node_lifecycle_queue``) says what each item took."""
     hist = apimetrics.delta(apimetrics.histograms(after), apimetrics.histograms(before))
 
     def median(verb: str) -> tuple[float | None, int]:
@@ -75,7 +78,71 @@ def taint_lift_bound(before: str, after: str) -> dict:
             "patch_node_median_s": patch_s, "patch_node_calls": patches,
             "rate_bound_nodes_per_second": round(bound, 1) if bound else None,
             "why": "the node lifecycle controller's 8 workers each GET and PATCH a node to lift its not-ready "
-                   "taint: at the apiserver's median latencies during bring-up they reach at most this rate"}
+                   "taint: at the apiserver's median latencies during bring-up they would reach this rate"}
+
+
+def kcm_sample(text: str) -> dict[str, float]:
+    """From kube-controller-manager's /metrics (pure): its node lifecycle queue's depth and work, and its
+    client's request durations by verb (every controller's, summed over hosts)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        key, value = line.rsplit(" ", 1)
+        name = key.split("{", 1)[0]
+        if NODE_LIFECYCLE_QUEUE in key and name in ("workqueue_depth", "workqueue_work_duration_seconds_sum",
+                                                    "workqueue_work_duration_seconds_count"):
+            out[name] = float(value)
+        elif name in ("rest_client_request_duration_seconds_sum", "rest_client_request_duration_seconds_count"):
+            verb = key.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in key else ""
+            out[f"{name}:{verb}"] = out.get(f"{name}:{verb}", 0.0) + float(value)
+    return out
+
+
+def node_lifecycle_queue(samples: list[tuple[float, dict[str, float]]]) -> dict:
+    """The node lifecycle controller's own account of bring-up (pure), from ``kcm_sample``s taken every few
+    seconds: over the span in which its queue held at least as many nodes as it has workers (all of them
+    could be busy), how many were busy on average, what one item took, and what kube-controller-manager's
+    client waited for a GET and a PATCH meanwhile."""
+    full = [(t, s) for t, s in samples if s.get("workqueue_depth", 0) >= NODE_LIFECYCLE_WORKERS]
+    out: dict = {"workers": NODE_LIFECYCLE_WORKERS, "samples": len(samples),
+                 "peak_queue_depth": int(max((s.get("workqueue_depth", 0) for _, s in samples), default=0)),
+                 "saturated_seconds": round(full[-1][0] - full[0][0], 1) if len(full) > 1 else 0.0}
+    if len(full) < 2:
+        return out
+    (t0, a), (t1, b) = full[0], full[-1]
+    d = lambda k: b.get(k, 0.0) - a.get(k, 0.0)  # noqa: E731
+    work, items = d("workqueue_work_duration_seconds_sum"), d("workqueue_work_duration_seconds_count")
+
+    def client_mean(verb: str) -> float | None:
+        n = d(f"rest_client_request_duration_seconds_count:{verb}")
+        return round(d(f"rest_client_request_duration_seconds_sum:{verb}") / n, 4) if n else None
+    out.update({
+        "busy_workers_mean": round(work / (t1 - t0), 2),
+        "items_per_second": round(items / (t1 - t0), 1),
+        "item_mean_s": round(work / items, 4) if items else None,
+        "kcm_client_get_mean_s": client_mean("GET"),
+        "kcm_client_patch_mean_s": client_mean("PATCH"),
+        "why": "kube-controller-manager's own metrics: while its node lifecycle queue held more nodes than its "
+               "8 workers (a constant upstream), this many were busy on average and each item (one node: GET "
+               "and PATCH of its taints) took this long, because its client's GETs and PATCHes waited this "
+               "long on the control plane (means, every controller's requests)"})
+    return out
+
+
+class KcmQueue(threading.Thread):
+    """Samples kube-controller-manager's metrics (``kcm_sample``) every ``KCM_SAMPLE_EVERY_S`` once it
+    answers, until stopped."""
+
+    def __init__(self, cluster: KwokCluster):
+        super().__init__(daemon=True)
+        self.cluster, self.samples, self.stop = cluster, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(KCM_SAMPLE_EVERY_S):
+            text = self.cluster.controller_manager_metrics()
+            if text is not None:
+                self.samples.append((time.monotonic(), kcm_sample(text)))
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
@@ -99,10 +166,13 @@ def main(argv: list[str]) -> int:
     run_id = new_run_id()
     sampler = PeakRss(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40).directory / "pids")
     sampler.start()
+    kcm = KcmQueue(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40))
+    kcm.start()
     try:
         with common.cluster(args, profile, args.with_coscheduling, run_id) as c:
             real = c.real.nodes if c.real else []
             pids = {k: v for k, v in c.kwok.pids().items() if not realnodes.is_component(k)}
+            kcm.stop.set()           # bring-up is over: the queue's drain of no-op items is not part of it
             cpu_bringup = cpu_seconds(pids)  # since each process started: start-up + bring-up
             alive_s = {k: time.time() - psutil.Process(pid).create_time() for k, pid in pids.items()}
             common.say(f"idle at full size for {args.idle_seconds:g} s")
@@ -115,6 +185,7 @@ def main(argv: list[str]) -> int:
             head = common.header(argv, c, profile, "clusterproof.bench.bringup")
     finally:
         sampler.stop.set()
+        kcm.stop.set()
     idle_cores = {k: (cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
     lease_s = profile.node_lease_duration_s * profile.heartbeat_factor
     b = c.bringup
@@ -145,6 +216,7 @@ def main(argv: list[str]) -> int:
         "control_plane_cores_through_bringup": round(sum(v / alive_s[k] for k, v in cpu_bringup.items()
                                                          if alive_s.get(k)), 2),
         "node_lifecycle_controller": taint_lift_bound(b.metrics_before, b.metrics_after),
+        "node_lifecycle_queue": node_lifecycle_queue(kcm.samples),
         "heartbeat": {
             "heartbeat_factor": profile.heartbeat_factor,
             "node_lease_duration_seconds": lease_s,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import urllib3
 import yaml
 
 from clusterproof.cluster import identities, realnodes, toolchain
@@ -319,6 +320,29 @@ class KwokCluster:
             kwokctl("delete", "cluster", "--name", self.name, "--kubeconfig", str(self.user_kubeconfig),
                     timeout=120, check=False, kubernetes_version=self.kubernetes_version)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    def configured_ports(self) -> dict[str, int]:
+        """The ports ``start`` gave the components (``PORTS``; empty before it wrote them)."""
+        try:
+            docs = yaml.safe_load_all((self.directory / "clusterproof-kwokctl.yaml").read_text())
+            return next((d.get("options") or {} for d in docs if d.get("kind") == "KwokctlConfiguration"), {})
+        except (OSError, yaml.YAMLError):
+            return {}
+
+    def controller_manager_metrics(self) -> str | None:
+        """kube-controller-manager's own ``/metrics`` (its work queues, its client's request latencies), or
+        None while it does not answer. kwokctl serves the path without credentials; the certificate is the
+        component's self-signed one, on loopback, so it is not verified."""
+        port = self.configured_ports().get("kubeControllerManagerPort")
+        if not port:
+            return None
+        http = urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=5.0, retries=False)
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        try:
+            r = http.request("GET", f"https://127.0.0.1:{port}/metrics")
+        except urllib3.exceptions.HTTPError:
+            return None
+        return r.data.decode() if r.status == 200 else None
 
     def pids(self) -> dict[str, int]:
         """Running components of this cluster, by name (pid files checked with ``owned_process``)."""

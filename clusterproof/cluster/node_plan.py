@@ -34,6 +34,16 @@ class Pool:
     capacity: dict[str, str] = field(default_factory=dict)
 
 
+def kubelet_labels(name: str) -> dict[str, str]:
+    """The labels a real kubelet registers its Node with (pkg/kubelet/kubelet_node_status.go): hostname, and
+    OS and architecture under both the stable and the beta keys. Without the beta pair the node lifecycle
+    controller adds it to every new node (reconcileNodeLabels: a GET and a PATCH in one of its 8 workers,
+    the same workers that lift the not-ready taint), work a real cluster's bring-up does not have."""
+    return {"kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
+
+
 def node_capacity(p: Profile) -> dict[str, str]:
     return {"cpu": str(p.node_cpu), "memory": p.node_memory, "pods": str(p.node_max_pods),
             "nvidia.com/gpu": str(p.node_gpus), "ephemeral-storage": p.node_ephemeral_storage}

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from kubernetes import client
 
-from clusterproof.cluster.node_plan import Pool, node_plan, node_pod_cidrs
+from clusterproof.cluster.node_plan import Pool, kubelet_labels, node_plan, node_pod_cidrs
 from clusterproof.config.profile import Profile
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.core.waiting import WaitTimeout
@@ -42,8 +42,7 @@ def node_bodies(p: Profile, run_id: str) -> Iterator[dict]:
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {
                     "name": name, "annotations": annotations,
-                    "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                               "kubernetes.io/arch": "amd64", "type": "kwok",
+                    "labels": {**kubelet_labels(name), "type": "kwok",
                                "nvidia.com/gpu.present": "true", RUN_LABEL: run_id,
                                **pool.labels},
                 },

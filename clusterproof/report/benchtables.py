@@ -168,11 +168,22 @@ def _bringup(files: list[tuple[Path, dict]]) -> str:
         rows.append(row("node lifecycle controller: median GET / PATCH of a node during bring-up", lambda d: (
             f"{_s(nlc(d).get('get_node_median_s'))} / {_s(nlc(d).get('patch_node_median_s'))}"
             if nlc(d) else "not measured")))
-        rows.append(row("node lifecycle controller: its 8 workers' bound at those latencies", lambda d: (
+        rows.append(row("node lifecycle controller: its 8 workers' rate at just those medians", lambda d: (
             f"**{_num(nlc(d).get('rate_bound_nodes_per_second'))} nodes/s** "
             "(measured, first create to all schedulable: "
             f"{_num(round(d['nodes'] / d['seconds_to_all_schedulable'], 1))} nodes/s)"
             if nlc(d) and d.get("seconds_to_all_schedulable") else "not measured")))
+    if any((d.get("node_lifecycle_queue") or {}).get("busy_workers_mean") for d in ds):
+        nlq = lambda d: d.get("node_lifecycle_queue") or {}  # noqa: E731
+        rows.append(row("node lifecycle controller, its own metrics: workers busy while its queue was full", lambda d: (
+            f"**{_num(nlq(d)['busy_workers_mean'])} of {_num(nlq(d)['workers'])}** for "
+            f"{_num(nlq(d)['saturated_seconds'])} s (queue up to {_num(nlq(d)['peak_queue_depth'])} nodes)"
+            if nlq(d).get("busy_workers_mean") is not None else "not measured")))
+        rows.append(row("node lifecycle controller: one node (GET + PATCH), mean; its client's GET / PATCH, mean",
+                        lambda d: (
+            f"**{_s(nlq(d)['item_mean_s'])}**, {_num(nlq(d)['items_per_second'])} nodes/s; "
+            f"{_s(nlq(d)['kcm_client_get_mean_s'])} / {_s(nlq(d)['kcm_client_patch_mean_s'])}"
+            if nlq(d).get("busy_workers_mean") is not None else "not measured")))
     rows.append(row("node lease writes/s (real kubelets at this size)", lambda d: (
         f"{_num((d.get('heartbeat') or {}).get('lease_writes_per_second'))} "
         f"({_num((d.get('heartbeat') or {}).get('real_kubelet_lease_writes_per_second'))})")))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from clusterproof.cluster.node_plan import node_capacity
+from clusterproof.cluster.node_plan import kubelet_labels, node_capacity
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import KWOK_ANNOTATION, delete_if_present, list_raw, raw_request
@@ -92,8 +92,8 @@ def create_scratch_nodes(api: client.ApiClient, profile, run_id: str, tag: str, 
     nodes = [ScratchNode(api, f"{profile.node_name_prefix}-scratch-{tag}" + (f"-{i}" if count > 1 else ""),
                          run_id, tag, created=True) for i in range(count)]
     def create(node: ScratchNode) -> None:
-        meta = metadata(node.name, run_id, {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
-                                            "type": "kwok", SCRATCH_LABEL: tag, **(labels or {})})
+        meta = metadata(node.name, run_id, {**kubelet_labels(node.name), "type": "kwok", SCRATCH_LABEL: tag,
+                                            **(labels or {})})
         meta["annotations"][KWOK_ANNOTATION] = "fake"
         raw_request(api, "POST", "/api/v1/nodes", body={
             "apiVersion": "v1", "kind": "Node", "metadata": meta,
