@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from kubernetes import client
 
@@ -243,6 +244,12 @@ class explain_partial:
         return False
 
 
+def follow_members(api: client.ApiClient, gang: Gang, apply: Callable[[str, dict], None]) -> Informer:
+    """An informer over ``gang``'s pods, started: ``apply(kind, pod)`` for each change."""
+    return Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
+                    apply, chunk_s=5).start()
+
+
 def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up_on_timeout: bool = False,
                       bound_at: dict[str, float] | None = None) -> float:
     """Follow the gang's pods until all are bound; return that monotonic time.
@@ -273,8 +280,7 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
         if len(bound) == len(members) and not done_at:
             done_at.append(time.monotonic())
 
-    inf = Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
-                   apply, chunk_s=5).start()
+    inf = follow_members(api, gang, apply)
 
     def finished() -> bool:
         inf.check()
@@ -351,8 +357,7 @@ def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
         why = timeout_rejection(pod) if kind != "DELETED" else None
         if why:
             found.append(f"pod {pod['metadata']['name']}: {why}")
-    inf = Informer(api, f"/api/v1/namespaces/{gang.namespace}/pods", {"labelSelector": f"{GANG_LABEL}={gang.name}"},
-                   apply, chunk_s=5).start()
+    inf = follow_members(api, gang, apply)
 
     def seen() -> list[str]:
         inf.check()
