@@ -164,9 +164,9 @@ def main(argv: list[str]) -> int:
                                      "drop --kubeconfig"))
     profile = common.load(args)
     run_id = new_run_id()
-    sampler = PeakRss(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40).directory / "pids")
+    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)   # the cluster common.cluster starts: its directory
+    sampler, kcm = PeakRss(kc.directory / "pids"), KcmQueue(kc)
     sampler.start()
-    kcm = KcmQueue(KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40))
     kcm.start()
     try:
         with common.cluster(args, profile, args.with_coscheduling, run_id) as c:

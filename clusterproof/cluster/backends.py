@@ -26,7 +26,7 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
-from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
@@ -283,8 +283,7 @@ def kcm_endpoint_args(profile: Profile) -> tuple[str, ...]:
 
 def wait_healthy(urls: dict[str, str], kc: KwokCluster, timeout: float = 90) -> None:
     """Every extra component answers its /healthz (its log is named if it does not)."""
-    http = urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=2.0, retries=False)
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    http = component_http(timeout=2.0)
 
     def healthy(url: str) -> bool:
         try:

@@ -112,6 +112,13 @@ def _strip_ansi(s: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", s).strip()
 
 
+def component_http(timeout: float) -> urllib3.PoolManager:
+    """HTTP to the cluster's own components on loopback (their /healthz, /metrics). Each serves a
+    self-signed certificate of its own, so it is not verified."""
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    return urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=timeout, retries=False)
+
+
 @dataclass
 class KwokCluster:
     """One kwokctl cluster; ``start`` and ``delete`` are its whole lifecycle."""
@@ -331,15 +338,12 @@ class KwokCluster:
 
     def controller_manager_metrics(self) -> str | None:
         """kube-controller-manager's own ``/metrics`` (its work queues, its client's request latencies), or
-        None while it does not answer. kwokctl serves the path without credentials; the certificate is the
-        component's self-signed one, on loopback, so it is not verified."""
+        None while it does not answer (kwokctl serves the path without credentials)."""
         port = self.configured_ports().get("kubeControllerManagerPort")
         if not port:
             return None
-        http = urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=5.0, retries=False)
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         try:
-            r = http.request("GET", f"https://127.0.0.1:{port}/metrics")
+            r = component_http(timeout=5.0).request("GET", f"https://127.0.0.1:{port}/metrics")
         except urllib3.exceptions.HTTPError:
             return None
         return r.data.decode() if r.status == 200 else None
