@@ -171,3 +171,21 @@ def test_simulated_nodes_register_with_the_labels_a_kubelet_gives_its_node():
     # in the workers that lift the not-ready taint): a real kubelet registers with both.
     assert labels["beta.kubernetes.io/os"] == labels["kubernetes.io/os"], labels
     assert labels["beta.kubernetes.io/arch"] == labels["kubernetes.io/arch"], labels
+
+
+def test_the_bringup_bench_says_whether_a_window_was_cpu_bound_and_who_worked():
+    from clusterproof.bench.bringup import HARNESS, MACHINE_BUSY, cpu_in_window
+    s = lambda api, kwok, own, busy: {"kube-apiserver": api, "kwok-controller": kwok, HARNESS: own,  # noqa: E731
+                                      MACHINE_BUSY: busy}
+    samples = [(9.5, s(10, 5, 1, 100)), (10.0, s(11, 5, 1, 101)),
+               (40.0, s(50, 20, 6, 160)),       # 30 s on 2 CPUs: 59 CPU-s busy, 0.98 of the machine
+               (40.5, s(51, 20, 6, 161))]
+    w = cpu_in_window(samples, 10.0, 40.0, 2)
+    assert w["seconds"] == 30.0 and w["cpu_bound_seconds"] == 29.5 and w["machine_busy_share"] == 0.98, w
+    assert w["cpu_seconds_by_process"] == {"kube-apiserver": 39.0, "kwok-controller": 15.0, HARNESS: 5.0}, w
+    # The window is bracketed by the samples around it, never narrowed to the ones inside.
+    assert cpu_in_window(samples, 9.8, 39.0, 2)["seconds"] == 30.5
+    # Negative controls: a machine half idle is not CPU-bound; a window the sampler never covered claims nothing.
+    idle = cpu_in_window([(0.0, s(0, 0, 0, 0)), (30.0, s(20, 5, 2, 30))], 0.0, 30.0, 2)
+    assert idle["machine_busy_share"] == 0.5 and idle["cpu_bound_seconds"] == 15.0, idle
+    assert cpu_in_window(samples, 0.0, 40.0, 2) == {} and cpu_in_window(samples, 10.0, 99.0, 2) == {}

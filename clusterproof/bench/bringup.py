@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -30,21 +31,54 @@ from clusterproof.kube import apimetrics
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
 
 
-class PeakRss(threading.Thread):
-    """Samples the RSS of the cluster's processes every 0.5 s (pids appear as kwokctl starts them)."""
+class Usage(threading.Thread):
+    """Samples the cluster's processes every 0.5 s (pids appear as kwokctl starts them): each one's peak
+    RSS, and ``cpu``: (monotonic time, CPU-s of each component, of this harness process, and of the whole
+    machine busy) for ``cpu_in_window``."""
 
     def __init__(self, pid_dir: Path):
         super().__init__(daemon=True)
         self.pid_dir, self.peak, self.stop = pid_dir, {c: 0 for c in COMPONENTS}, threading.Event()
+        self.cpu: list[tuple[float, dict[str, float]]] = []
+        self.own = psutil.Process()
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
+            cpu = {}
             for c in COMPONENTS:
                 try:
-                    rss = psutil.Process(int((self.pid_dir / f"{c}.pid").read_text())).memory_info().rss
+                    p = psutil.Process(int((self.pid_dir / f"{c}.pid").read_text()))
+                    self.peak[c] = max(self.peak[c], p.memory_info().rss)
+                    t = p.cpu_times()
                 except (OSError, ValueError, psutil.Error):
                     continue
-                self.peak[c] = max(self.peak[c], rss)
+                cpu[c] = t.user + t.system
+            t, m = self.own.cpu_times(), psutil.cpu_times()
+            cpu[HARNESS] = t.user + t.system
+            cpu[MACHINE_BUSY] = m.user + m.nice + m.system + m.irq + m.softirq   # guest time is within user
+            self.cpu.append((time.monotonic(), cpu))
+
+
+HARNESS, MACHINE_BUSY = "harness (this process)", "machine busy"
+
+
+def cpu_in_window(samples: list[tuple[float, dict[str, float]]], start: float, end: float, cpus: int) -> dict:
+    """What the machine's CPUs did between two moments of bring-up (pure), from ``Usage.cpu``: CPU-s by
+    component and of the harness, the machine's busy CPU-s, and the shortest the window could have been
+    with that work on ``cpus`` fully busy and nothing waiting. A window whose CPUs were (nearly) all busy
+    is CPU-bound: only less work per node, or more cores, shortens it. The samples bracketing the window
+    are used (0.5 s apart); a component that had not started by ``start`` counts from its first sample."""
+    before = [s for s in samples if s[0] <= start]
+    after = [s for s in samples if s[0] >= end]
+    if not before or not after:
+        return {}
+    (t0, a), (t1, b) = before[-1], after[0]
+    used = {k: round(v - a.get(k, 0.0), 1) for k, v in b.items()}
+    busy = used.pop(MACHINE_BUSY, 0.0)
+    wall = t1 - t0
+    return {"seconds": round(wall, 1), "cpu_seconds_by_process": used,
+            "machine_busy_cpu_seconds": busy, "machine_busy_share": round(busy / (cpus * wall), 2) if wall else None,
+            "cpu_bound_seconds": round(busy / cpus, 1)}
 
 
 # kube-controller-manager's node lifecycle controller lifts the not-ready taint in nodeUpdateWorkerSize
@@ -165,7 +199,7 @@ def main(argv: list[str]) -> int:
     profile = common.load(args)
     run_id = new_run_id()
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)   # the cluster common.cluster starts: its directory
-    sampler, kcm = PeakRss(kc.directory / "pids"), KcmQueue(kc)
+    sampler, kcm = Usage(kc.directory / "pids"), KcmQueue(kc)
     sampler.start()
     kcm.start()
     try:
@@ -188,7 +222,7 @@ def main(argv: list[str]) -> int:
         kcm.stop.set()
     idle_cores = {k: (cpu1[k] - cpu0[k]) / elapsed for k in cpu0}
     lease_s = profile.node_lease_duration_s * profile.heartbeat_factor
-    b = c.bringup
+    b, cpus = c.bringup, os.cpu_count() or 1
     f = lambda name, value, unit: common.figure("bringup", name, value, unit)  # noqa: E731
     figs = [f("nodes", b.nodes, "nodes"),
             f("seconds_to_all_ready", round(b.seconds_to_all_ready_condition, 1), "s"),
@@ -215,6 +249,12 @@ def main(argv: list[str]) -> int:
             {k: round(v / alive_s[k], 2) for k, v in cpu_bringup.items() if alive_s.get(k)},
         "control_plane_cores_through_bringup": round(sum(v / alive_s[k] for k, v in cpu_bringup.items()
                                                          if alive_s.get(k)), 2),
+        # The machine's CPUs from the first create to all Ready=True, and to all schedulable: whether each
+        # window was CPU-bound, and which process did the work (the targets: 60 s and 90 s).
+        "cpu_to_all_ready": cpu_in_window(sampler.cpu, b.first_create_at,
+                                          b.first_create_at + b.seconds_to_all_ready_condition, cpus),
+        "cpu_to_all_schedulable": cpu_in_window(sampler.cpu, b.first_create_at,
+                                                b.first_create_at + b.seconds_to_all_ready, cpus),
         "node_lifecycle_controller": taint_lift_bound(b.metrics_before, b.metrics_after),
         "node_lifecycle_queue": node_lifecycle_queue(kcm.samples),
         "heartbeat": {

@@ -57,6 +57,7 @@ class BringUp:
     seconds_to_all_ready: float             # ... and has no not-ready taint (schedulable)
     metrics_before: str
     metrics_after: str
+    first_create_at: float = 0.0            # time.monotonic() of the first create: the moments above count from it
 
     def gather(self) -> list[measurement.Figure]:
         """The bring-up as figures (a measurement taken while the session's cluster was built)."""
@@ -230,7 +231,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                  f"after the first create (control plane up in {t_started - t0:.1f} s)")
         return Cluster("kwok", True, api, kc.kubeconfig, None, version, run_id, profile, lease,
                        BringUp(n, t_started - t0, t_created - t1, t_condition, t_ready - t1,
-                               before, after), kc, apf=flows, namespaces=Created(api, run_id), calls=calls,
+                               before, after, t1), kc, apf=flows, namespaces=Created(api, run_id), calls=calls,
                        real=real)
     except BaseException:
         if lease is not None:

@@ -163,6 +163,17 @@ def _bringup(files: list[tuple[Path, dict]]) -> str:
         rows.append(row("control plane cores from its start to all schedulable (of the machine's CPUs)", lambda d: (
             f"**{_num(d.get('control_plane_cores_through_bringup'))}** of {_num((d.get('machine') or {}).get('cpus'))}"
             if "control_plane_cores_through_bringup" in d else "not measured")))
+    for key, moment in (("cpu_to_all_ready", "all Ready=True"), ("cpu_to_all_schedulable", "all schedulable")):
+        if not any(d.get(key) for d in ds):
+            continue
+        name = f"first create to {moment}: the machine's CPUs busy; the shortest it could be on them (CPU-s of work)"
+        rows.append(row(name, lambda d, k=key: (
+            f"**{_num(round(100 * d[k]['machine_busy_share']))} %**; {_s(d[k]['cpu_bound_seconds'])} "
+            f"({_num(d[k]['machine_busy_cpu_seconds'])} CPU-s)" if d.get(k) else "not measured")))
+        procs = sorted({c for d in ds for c in ((d.get(key) or {}).get("cpu_seconds_by_process") or {})})
+        for c in procs:
+            rows.append(row(f"- of it {c}, CPU-s", lambda d, k=key, c=c: (
+                _num(((d.get(k) or {}).get("cpu_seconds_by_process") or {}).get(c)) if d.get(k) else "not measured")))
     if any(d.get("node_lifecycle_controller") for d in ds):
         nlc = lambda d: d.get("node_lifecycle_controller") or {}  # noqa: E731
         rows.append(row("node lifecycle controller: median GET / PATCH of a node during bring-up", lambda d: (
