@@ -1,8 +1,10 @@
 """Benchmark (not a pass/fail test): bring the embedded cluster up at full size.
 
 Writes ``reports/bench/bringup.json``: time to all nodes Ready, peak RSS of
-each control-plane process during bring-up and idle, and the control plane's
-mean CPU over an idle window at full size. Targets (2-core machine): 7,500
+each control-plane process during bring-up and idle, the machine's CPUs from
+the first create to all Ready and to all schedulable (by process: whether
+bring-up was CPU-bound, and who did the work), and the control plane's mean
+CPU over an idle window at full size. Targets (2-core machine): 7,500
 nodes Ready <= 60 s, idle control plane <= 1 core, apiserver RSS <= 4 GiB;
 the JSON records what was measured, whatever it is.
 
@@ -29,6 +31,7 @@ from clusterproof.core.stats import histogram_quantile
 from clusterproof.kube import apimetrics
 
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
+HARNESS, MACHINE_BUSY = "harness (this process)", "machine busy"     # the other keys of a ``Usage.cpu`` sample
 
 
 class Usage(threading.Thread):
@@ -59,15 +62,12 @@ class Usage(threading.Thread):
             self.cpu.append((time.monotonic(), cpu))
 
 
-HARNESS, MACHINE_BUSY = "harness (this process)", "machine busy"
-
-
 def cpu_in_window(samples: list[tuple[float, dict[str, float]]], start: float, end: float, cpus: int) -> dict:
     """What the machine's CPUs did between two moments of bring-up (pure), from ``Usage.cpu``: CPU-s by
     component and of the harness, the machine's busy CPU-s, and the shortest the window could have been
     with that work on ``cpus`` fully busy and nothing waiting. A window whose CPUs were (nearly) all busy
     is CPU-bound: only less work per node, or more cores, shortens it. The samples bracketing the window
-    are used (0.5 s apart); a component that had not started by ``start`` counts from its first sample."""
+    are used (0.5 s apart); a component that had not started by ``start`` counts its whole life."""
     before = [s for s in samples if s[0] <= start]
     after = [s for s in samples if s[0] >= end]
     if not before or not after:
