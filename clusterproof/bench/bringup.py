@@ -52,12 +52,11 @@ class Usage(threading.Thread):
                 try:
                     p = psutil.Process(int((self.pid_dir / f"{c}.pid").read_text()))
                     self.peak[c] = max(self.peak[c], p.memory_info().rss)
-                    t = p.cpu_times()
+                    cpu[c] = process_cpu_s(p)
                 except (OSError, ValueError, psutil.Error):
                     continue
-                cpu[c] = t.user + t.system
-            t, m = self.own.cpu_times(), psutil.cpu_times()
-            cpu[HARNESS] = t.user + t.system
+            m = psutil.cpu_times()
+            cpu[HARNESS] = process_cpu_s(self.own)
             cpu[MACHINE_BUSY] = m.user + m.nice + m.system + m.irq + m.softirq   # guest time is within user
             self.cpu.append((time.monotonic(), cpu))
 
@@ -179,12 +178,14 @@ class KcmQueue(threading.Thread):
                 self.samples.append((time.monotonic(), kcm_sample(text)))
 
 
+def process_cpu_s(p: psutil.Process) -> float:
+    """A process's own CPU-seconds (user + system) since it started."""
+    t = p.cpu_times()
+    return t.user + t.system
+
+
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    out = {}
-    for c, pid in pids.items():
-        t = psutil.Process(pid).cpu_times()
-        out[c] = t.user + t.system
-    return out
+    return {c: process_cpu_s(psutil.Process(pid)) for c, pid in pids.items()}
 
 
 def main(argv: list[str]) -> int:
