@@ -58,10 +58,13 @@ upgrade-check: setup
 	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
 	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
 
-# The GitHub Actions workflows, checked by actionlint (built from the module proxy; also a self-test).
+# The GitHub Actions workflows, checked by actionlint (built from the module proxy) and audited by zizmor
+# (pinned in requirements.txt; offline: its online audits need the GitHub API), both also self-tests
+# (tests/test_workflows.py, with the flags and why).
 lint-workflows: $(VENV)/.installed
 	$(PY) -m clusterproof.cluster.toolchain --only actionlint
 	$$($(PY) -c 'from clusterproof.cluster import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --no-config --persona auditor --strict-collection .github/workflows
 
 bench: setup
 	$(PY) -m clusterproof.bench.bringup $(ARGS)

@@ -1,13 +1,17 @@
-"""Self-tests of the nightly pipeline: the workflow passes a real linter, and .ci/nightly does its steps.
+"""Self-tests of the nightly pipeline: the workflow passes two real linters, and .ci/nightly does its steps.
 
 actionlint (built from the module proxy, clusterproof.cluster.toolchain.ACTIONLINT) checks
 .github/workflows/nightly.yml -- expressions, inputs, action inputs, cron,
 permissions -- and must catch a broken copy of it (the negative control).
-Two rules of this project's own that actionlint does not know (it treats
-workflow_dispatch inputs as trusted) are checked here, with broken copies
+zizmor (pinned in requirements.txt) audits the workflows for security -- template injection, unpinned
+actions, secrets chosen by an expression or read outside an environment, credentials left in the
+checkout, broad permissions -- offline, and must catch a known-bad copy of each kind.
+Rules of this project's own that neither knows fully are checked here, with broken copies
 too: no ``${{ }}`` inside a ``run:`` script (inputs and secrets reach scripts
-only through ``env:``), and both GitHub Pages steps require .ci/nightly's
-``pages`` decision (a real cluster's report is published only on opt-in).
+only through ``env:``); both GitHub Pages steps require .ci/nightly's
+``pages`` decision (a real cluster's report is published only on opt-in); the one secret,
+CLUSTERPROOF_KUBECONFIG, is read by name and only in the environment cluster-validation; and every
+action is pinned to the commit this file records for its tag (PINS).
 .ci/nightly is exercised with ``./proof`` replaced by a recorder: which
 arguments reach the main job (baseline, kubeconfig), that the history is
 carried over, that the report is built, and that the main job's exit code
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +35,8 @@ from clusterproof.cluster import toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+WORKFLOWS = ROOT / ".github" / "workflows"
+WORKFLOW = WORKFLOWS / "nightly.yml"
 # What .ci/nightly reads from its environment: only what a test gives it (not this machine's).
 NIGHTLY_ENV = ("PROFILE", "ARGS", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT",
                "CLUSTERPROOF_OUTPUT_DIR")
@@ -51,7 +58,7 @@ def test_the_nightly_workflow_passes_actionlint(actionlint):
 
 
 @pytest.mark.parametrize("old,new,expected", [
-    ("inputs.kubeconfig_secret != ''", "inputs.kubeconfig_secrt != ''", 'property "kubeconfig_secrt" is not defined'),
+    ("if: inputs.existing_cluster\n", "if: inputs.existing_clustr\n", 'property "existing_clustr" is not defined'),
     ('cron: "17 2 * * *"', 'cron: "17 25 * * *"', "invalid CRON format"),
     ("timeout-minutes: 90", "timeout-minutes: ninety", "timeout-minutes"),
 ], ids=["undefined-input", "bad-cron", "bad-timeout"])
@@ -65,19 +72,169 @@ def test_actionlint_catches_a_broken_copy_of_the_workflow(actionlint, tmp_path, 
     assert run.returncode != 0 and expected in run.stdout, run.stdout + run.stderr
 
 
+ZIZMOR = Path(sys.executable).parent / "zizmor"
+ZIZMOR_FINDING = re.compile(r"^(?:error|warning|help|info|note)\[([\w-]+)\]", re.M)
+
+
+def _zizmor(workflows: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """zizmor over a directory of workflows: the run and the audits it reported (one entry per finding).
+
+    --offline: the online audits (known-vulnerable actions, impostor commits) ask the GitHub API, which a
+    self-test cannot reach. --persona auditor: every audit, the suspicious ones too (secrets-outside-env is
+    one). --no-config: nothing outside the workflow can silence a finding; the only way is an inline
+    ``# zizmor: ignore[audit]`` beside its reason. --strict-collection: a workflow zizmor cannot parse is an
+    error, not a file skipped with a warning and no finding."""
+    if not ZIZMOR.exists():
+        pytest.fail(f"zizmor is not installed in {ZIZMOR.parent} (it is pinned in requirements.txt: make setup)",
+                    pytrace=False)
+    run = subprocess.run([str(ZIZMOR), "--offline", "--no-config", "--persona", "auditor", "--strict-collection",
+                          "--format", "plain", "--color", "never", str(workflows)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return run, ZIZMOR_FINDING.findall(run.stdout)
+
+
+def test_the_workflows_pass_zizmor():
+    run, findings = _zizmor(WORKFLOWS)
+    assert run.returncode == 0 and not findings and "No findings" in run.stdout, (
+        f"zizmor found problems in {WORKFLOWS} (exit {run.returncode}):\n{run.stdout}{run.stderr}")
+
+
+@pytest.mark.parametrize("old,new,audit", [
+    ("${{ secrets.CLUSTERPROOF_KUBECONFIG }}", "${{ secrets[inputs.profile] }}", "overprovisioned-secrets"),
+    ("actions/checkout@11d5960a326750d5838078e36cf38b85af677262 # v4.4.0", "actions/checkout@v4", "unpinned-uses"),
+    ("run: .ci/nightly", "run: PROFILE=${{ inputs.profile }} .ci/nightly", "template-injection"),
+    ("\n        with:\n          persist-credentials: false", "", "artipacked"),
+    ("    environment: ${{ inputs.existing_cluster && 'cluster-validation' || '' }}\n", "", "secrets-outside-env"),
+], ids=["secret-chosen-by-input", "action-pinned-by-tag", "input-in-run", "credentials-left-in-checkout",
+        "secret-outside-environment"])
+def test_zizmor_catches_a_known_bad_copy_of_the_workflow(tmp_path, old, new, audit):
+    """Negative control: each copy brings back one hole zizmor must find (the first is the workflow's own
+    past: whoever dispatched it could load any repository secret by name)."""
+    text = WORKFLOW.read_text()
+    assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
+    broken = tmp_path / ".github" / "workflows"
+    broken.mkdir(parents=True)
+    (broken / "nightly.yml").write_text(text.replace(old, new, 1))
+    run, findings = _zizmor(broken)
+    assert run.returncode != 0 and audit in findings, (
+        f"zizmor did not report {audit} for a copy of the workflow with {new or 'no'!r} instead of {old!r} "
+        f"(exit {run.returncode}, findings {findings}):\n{run.stdout}{run.stderr}")
+
+
+# Which tag each pinned commit is, read from a snapshot of the action's repository (git rev-list -n1 <tag>,
+# annotated tags peeled to their commit) on 2026-11-27: for each, the newest release of the major version the
+# workflow named before it was pinned, the commit that major's tag pointed to then. A new pin changes both.
+PINS = {
+    "actions/checkout": ("v4.4.0", "11d5960a326750d5838078e36cf38b85af677262"),
+    "actions/setup-go": ("v5.6.0", "40f1582b2485089dde7abd97c1529aa768e1baff"),
+    "actions/setup-python": ("v5.6.0", "a26af69be951a213d495a4c3e4e4022e16d87065"),
+    "actions/setup-java": ("v4.9.1", "cf277c60eb25467037889841efdb72551f06f6c3"),
+    "actions/setup-node": ("v4.4.0", "49933ea5288caeca8642d1e84afbd3f7d6820020"),
+    "actions/cache": ("v4.3.0", "0057852bfaa89a56745cba8c7296529d2fc39830"),
+    "actions/upload-artifact": ("v4.6.2", "ea165f8d65b6e75b540449e92b4886f43607fa02"),
+    "actions/upload-pages-artifact": ("v3.0.1", "56afc609e74202658d3ffba0e8f6dda462b719fa"),
+    "actions/deploy-pages": ("v4.0.5", "d6db90164ac5ed86f2b6aed7e0febac5b3c0c03e"),
+}
+PINNED = re.compile(r"(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40})")
+# A uses: line and its trailing comment (YAML drops comments; the tag is only there).
+USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>[^\s#]+)[ \t]*(?:#[ \t]*(?P<tag>\S+))?", re.M)
+
+
+def pin_problems(text: str) -> list[str]:
+    """Every ``uses:`` (of a step or of a job) names a commit by its full SHA, the one PINS records for the tag
+    in its trailing comment: a tag or a branch can be moved to other code; a commit cannot."""
+    doc = yaml.safe_load(text)
+    refs = [str(step["uses"]) for job in (doc.get("jobs") or {}).values()
+            for step in [job, *(job.get("steps") or [])] if "uses" in step]
+    tags = {}
+    for line in USES_LINE.finditer(text):
+        tags.setdefault(line["ref"], set()).add(line["tag"])
+    problems = []
+    for ref in refs:
+        pinned = PINNED.fullmatch(ref)
+        if not pinned:
+            problems.append(f"uses: {ref} is not pinned to a commit (action@<40-hex SHA> # <tag>)")
+            continue
+        recorded = PINS.get(pinned["action"])
+        if recorded is None:
+            problems.append(f"uses: {ref}: {pinned['action']} has no recorded pin (PINS in tests/test_workflows.py)")
+        elif pinned["sha"] != recorded[1]:
+            problems.append(f"uses: {ref} is not the commit recorded for {pinned['action']} {recorded[0]} "
+                            f"({recorded[1]})")
+        elif tags.get(ref, {None}) != {recorded[0]}:
+            said = ", ".join(sorted(tag or "no tag" for tag in tags.get(ref, {None})))
+            problems.append(f"uses: {ref} says {said} in its comment, but that commit is {recorded[0]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.y*ml")), ids=lambda p: p.name)
+def test_every_action_is_pinned_to_its_recorded_commit(path):
+    assert pin_problems(path.read_text()) == []
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("actions/checkout@11d5960a326750d5838078e36cf38b85af677262 # v4.4.0", "actions/checkout@v4",
+     "is not pinned to a commit"),
+    ("actions/setup-go@40f1582b2485089dde7abd97c1529aa768e1baff", "actions/setup-go@40f1582", "is not pinned"),
+    ("actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830", "actions/cache@main", "is not pinned"),
+    ("actions/deploy-pages@d6db90164ac5ed86f2b6aed7e0febac5b3c0c03e",
+     "actions/deploy-pages@0000000000000000000000000000000000000000", "is not the commit recorded"),
+    ("actions/setup-java@cf277c60eb25467037889841efdb72551f06f6c3 # v4.9.1",
+     "actions/setup-java@cf277c60eb25467037889841efdb72551f06f6c3 # v4.9.0", "says v4.9.0 in its comment"),
+    ("actions/setup-node@49933ea5288caeca8642d1e84afbd3f7d6820020 # v4.4.0",
+     "actions/setup-node@49933ea5288caeca8642d1e84afbd3f7d6820020", "says no tag in its comment"),
+    ("actions/checkout@11d5960a326750d5838078e36cf38b85af677262",
+     "someone/checkout@11d5960a326750d5838078e36cf38b85af677262", "has no recorded pin"),
+], ids=["tag", "short-sha", "branch", "other-commit", "wrong-tag-comment", "no-tag-comment", "unknown-action"])
+def test_a_copy_with_an_action_not_pinned_to_its_recorded_commit_is_caught(old, new, expected):
+    text = WORKFLOW.read_text()
+    assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
+    problems = pin_problems(text.replace(old, new, 1))
+    assert any(expected in p for p in problems), problems
+
+
 PAGES_STEP_GATE = "steps.nightly.outputs.pages == 'true'"
 PAGES_JOB_GATE = "needs.nightly.outputs.pages == 'true'"
+# The one secret the workflows read, the environment that holds it, and the input that selects that environment.
+SECRET = "CLUSTERPROOF_KUBECONFIG"
+SECRET_ENVIRONMENTS = ("cluster-validation", "${{ inputs.existing_cluster && 'cluster-validation' || '' }}")
+SECRET_STEP_GATE = "inputs.existing_cluster"
+SECRETS_REF = re.compile(r"\bsecrets\b(?P<how>\s*\[|\.\w+)?")
+
+
+def _secret_refs(part: object) -> list[re.Match]:
+    """The references to the secrets context in the expressions of a part of a workflow."""
+    return [ref for expression in re.findall(r"\$\{\{(.*?)\}\}", json.dumps(part))
+            for ref in SECRETS_REF.finditer(expression)]
 
 
 def guest_rule_problems(text: str) -> list[str]:
-    """What breaks the project's two workflow rules (module doc) in a workflow's text."""
+    """What breaks the project's workflow rules (module doc) in a workflow's text."""
     doc = yaml.safe_load(text)
     problems = []
+    # The secret only in the one step that needs it: not in the workflow's or a job's env, seen by every step.
+    outside_steps = [{k: v for k, v in doc.items() if k != "jobs"}]
+    outside_steps += [{k: v for k, v in job.items() if k != "steps"} for job in (doc.get("jobs") or {}).values()]
+    if any(_secret_refs(part) for part in outside_steps):
+        problems.append("a secret is read outside a step (in the workflow's or a job's keys: every step sees it)")
     for job_name, job in (doc.get("jobs") or {}).items():
+        if "secrets" in job:
+            problems.append(f"job {job_name}: passes secrets on (secrets:) to a reusable workflow")
         for i, step in enumerate(job.get("steps") or []):
             where = f"job {job_name}, step {step.get('name') or step.get('id') or i}"
             if "${{" in str(step.get("run", "")):
                 problems.append(f"{where}: an expression inside run: (pass the value through env:)")
+            for ref in _secret_refs(step):
+                if ref["how"] != f".{SECRET}":
+                    read = "secrets[...]" if (ref["how"] or "").strip() == "[" else ref[0].strip()
+                    problems.append(f"{where}: reads {read} (only secrets.{SECRET}, by name: a "
+                                    "secret chosen by an expression lets whoever dispatches load any secret)")
+                    continue
+                if str(job.get("environment", "")) not in SECRET_ENVIRONMENTS:
+                    problems.append(f"{where}: reads secrets.{SECRET} outside the environment "
+                                    f"{SECRET_ENVIRONMENTS[0]} (whose reviewers approve the run)")
+                if str(step.get("if", "")).strip() != SECRET_STEP_GATE:
+                    problems.append(f"{where}: reads secrets.{SECRET} without if: {SECRET_STEP_GATE}")
             uses = str(step.get("uses", ""))
             if uses.startswith("actions/upload-pages-artifact@") and PAGES_STEP_GATE not in str(step.get("if", "")):
                 problems.append(f"{where}: uploads for Pages without {PAGES_STEP_GATE}")
@@ -93,13 +250,24 @@ def test_the_nightly_workflow_keeps_secrets_out_of_scripts_and_real_cluster_repo
 
 
 @pytest.mark.parametrize("old,new,expected", [
-    ('echo "::error::secret $KUBECONFIG_SECRET_NAME is empty',
-     'echo "::error::secret ${{ inputs.kubeconfig_secret }} is empty', "an expression inside run:"),
+    ('echo "::error::the environment cluster-validation has no secret',
+     'echo "::error::the environment ${{ inputs.profile }} has no secret', "an expression inside run:"),
     ("run: .ci/nightly", "run: PUBLISH=${{ secrets.PAGES_TOKEN }} .ci/nightly", "an expression inside run:"),
+    ("${{ secrets.CLUSTERPROOF_KUBECONFIG }}", "${{ secrets[inputs.profile] }}", "reads secrets[...]"),
+    ("${{ secrets.CLUSTERPROOF_KUBECONFIG }}", "${{ secrets.PAGES_TOKEN }}", "reads secrets.PAGES_TOKEN"),
+    ("${{ secrets.CLUSTERPROOF_KUBECONFIG }}", "${{ toJSON(secrets) }}", "reads secrets (only"),
+    ("    environment: ${{ inputs.existing_cluster && 'cluster-validation' || '' }}\n", "",
+     "outside the environment cluster-validation"),
+    ("'cluster-validation' || '' }}", "'cluster-validaton' || '' }}", "outside the environment cluster-validation"),
+    ("if: inputs.existing_cluster\n", "if: always()\n", "without if: inputs.existing_cluster"),
+    ("      PREVIOUS: out/nightly/previous\n", "      PREVIOUS: out/nightly/previous\n"
+     "      KUBECONFIG_CONTENT: ${{ secrets.CLUSTERPROOF_KUBECONFIG }}\n", "a secret is read outside a step"),
     ("if: always() && steps.nightly.outputs.pages == 'true' && hashFiles(", "if: always() && hashFiles(",
      "uploads for Pages without"),
     ("always() && needs.nightly.outputs.pages == 'true' &&", "always() &&", "deploys to Pages without"),
-], ids=["input-in-run", "secret-in-run", "real-report-uploaded-for-pages", "real-report-deployed"])
+], ids=["input-in-run", "secret-in-run", "secret-chosen-by-input", "other-secret", "every-secret",
+        "secret-outside-environment", "secret-in-another-environment", "secret-read-on-every-run",
+        "secret-in-the-jobs-env", "real-report-uploaded-for-pages", "real-report-deployed"])
 def test_a_copy_that_leaks_a_secret_or_publishes_a_real_cluster_report_is_caught(old, new, expected):
     text = WORKFLOW.read_text()
     assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
