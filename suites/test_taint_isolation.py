@@ -356,6 +356,22 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
     assert not bad, f"{len(bad)} borrowing/preemption problem(s): " + _names(bad)
 
 
+# The only taints the harness's identity may put on a node it does not own (clusterproof/kube/rbac-destructive.yaml,
+# ValidatingAdmissionPolicy clusterproof-nodes).
+OWN_TAINTS = "clusterproof.io/"
+
+
+def _own_taint_key(cluster, key: str, own: str) -> str:
+    """``key`` on the run's own scratch nodes; on a borrowed node of a cluster the harness does not own, ``key``
+    only if it is the harness's own (``clusterproof.io/...``), else ``own``: scheduling and eviction by taint do
+    not depend on the key, and the run may not add a site's team or preflight taint to its node."""
+    if cluster.simulated or key.startswith(OWN_TAINTS):
+        return key
+    allure.dynamic.parameter(f"taint key on the borrowed node instead of {key}",
+                             f"{own} (the cluster's own key is not the harness's to add)", excluded=True)
+    return own
+
+
 def _scratch(cluster, profile, run_id, tag, taints=()):
     """A node for one check: a fresh kwok node (simulated), or an idle borrowed one (skipped, saying why,
     when no node runs nothing but this run's pods)."""
@@ -376,16 +392,17 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
     that should have gone."""
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team = teams[0]
+    key = _own_taint_key(cluster, rules.taint_key, f"{OWN_TAINTS}team")
     node = _scratch(cluster, profile, run_id, f"evict-{run_id[-4:]}-{namespace[-4:]}")
-    noschedule = {"key": rules.taint_key, "value": team, "effect": "NoSchedule"}
-    noexecute = {"key": rules.taint_key, "value": team, "effect": "NoExecute"}
+    noschedule = {"key": key, "value": team, "effect": "NoSchedule"}
+    noexecute = {"key": key, "value": team, "effect": "NoExecute"}
     try:
         here = dict(node_selector=node.selector)
         plan = [(namespace, "no-team", [node.toleration])]
         if len(teams) > 1:
             plan.append((team_ns[teams[1]], f"team-{teams[1]}", [node.toleration]))
         tolerant = (team_ns[team], f"team-{team}-tolerates-noexecute",
-                    [node.toleration, {"key": rules.taint_key, "operator": "Equal", "value": team,
+                    [node.toleration, {"key": key, "operator": "Equal", "value": team,
                                        "effect": "NoExecute"}])
         created = {(ns, name): create_pods(api, ns, [check_pod(name, run_id, "evict", tolerations=tols, **here)])
                    for ns, name, tols in [*plan, tolerant]}
@@ -415,7 +432,7 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
                         profile.taint_timeout_s, headline=True)
         except AssertionError as e:
             figures.add("NoExecute taint -> pods without its toleration evicted", None, "s", profile.taint_timeout_s)
-            bad.append(f"{e} (node {node.name} has {rules.taint_key}={team}:NoExecute)")
+            bad.append(f"{e} (node {node.name} has {key}={team}:NoExecute)")
         for ns, name in sorted(victims):
             try:
                 wait_for(lambda ns=ns, name=name: pod_events(api, ns, EVICTION_REASON, created[(ns, name)]).get(name),
@@ -427,7 +444,7 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
                                        profile.taint_observe_s,
                                        lambda kind, p: _left_running(kind, p)
                                        if p["metadata"]["name"] == tolerant[1] else None)
-        bad += [f"pod {p} {why} although it tolerates {rules.taint_key}={team}:NoExecute"
+        bad += [f"pod {p} {why} although it tolerates {key}={team}:NoExecute"
                 for p, why in survived.items()]
         _placement(cluster, isolation, [namespace, *team_ns.values()], _team_of(team_ns), "NoExecute eviction")
     finally:
@@ -489,7 +506,8 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
     """A new node behind the preflight taint gets no pod, whoever asks for it (plain, team or low-priority pods), and
     gets them all once the taint is removed. Red: a pod bound early, or elsewhere after the taint went."""
     api = cluster.api
-    preflight = {"key": profile.preflight_taint_key, "value": "pending", "effect": "NoSchedule"}
+    preflight = {"key": _own_taint_key(cluster, profile.preflight_taint_key, f"{OWN_TAINTS}preflight"),
+                 "value": "pending", "effect": "NoSchedule"}
     node = _scratch(cluster, profile, run_id, f"preflight-{run_id[-4:]}-{namespace[-4:]}", [preflight])
     team = profile.teams[0]
     try:

@@ -369,6 +369,21 @@ def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
         [("ml-research", access.TEAM_ROLE), ("ml-applied", access.TEAM_ROLE)]
 
 
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "default", "clusterproof", "clusterproof-3"])
+def test_team_bindings_refuse_a_namespace_that_is_not_a_teams_in_one_line(tmp_path, namespace):
+    """Negative control of the command above: a profile naming kube-system (or default, or the harness's own
+    namespaces) as a team's would have the SRE bind pod rights there -- any ServiceAccount of kube-system."""
+    import subprocess
+    import sys
+    profile = tmp_path / "teams.yaml"
+    profile.write_text(f"teams: [research]\nteam_namespaces: [research={namespace}]\n")
+    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--profile", str(profile)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 4 and not out.stdout, (out.returncode, out.stdout, out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"{namespace} is not a team's namespace" in lines[0], out.stderr
+
+
 @pytest.mark.parametrize("admission", ["harness", "wildcard"])
 def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, admission, tmp_path):
     """On a cluster it does not own the taint suite checks the cluster's own admission: a profile asking the

@@ -166,14 +166,25 @@ def test_fault_file_says_what_the_checker_must_answer(tmp_path):
 # --- checker pods and the cross-check ----------------------------------------------------------------------------
 
 def test_checker_pod_takes_the_whole_node_and_runs_where_workloads_may_not():
-    p = checker_pod("preflight-0", "run1", "gpu-7", "registry.example/pf:1", 8, M, 2000)
+    """Pinned like a DaemonSet's pod (affinity on the node's name, through the scheduler, never nodeName), tolerating
+    the node's own taints exactly -- cordoned, under preflight, a team's -- and nothing else."""
+    node = {"metadata": {"name": "gpu-7"}, "spec": {"taints": [
+        {"key": M.taint_key, "value": "pending", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        {"key": "example.com/team", "value": "a", "effect": "NoSchedule"}]}}
+    p = checker_pod("preflight-0", "run1", node, "registry.example/pf:1", 8, M, 2000)
     spec = p["spec"]
-    assert spec["nodeName"] == "gpu-7" and spec["restartPolicy"] == "Never"
+    assert "nodeName" not in spec and spec["restartPolicy"] == "Never"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}]}]
     c = spec["containers"][0]
     assert c["image"] == "registry.example/pf:1"
     assert c["command"] == ["python", "-m", "preflight", "check", "--expect-gpus", "8", "--xid-window-ms", "2000"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    assert {t["key"] for t in spec["tolerations"]} == {M.taint_key, "node.kubernetes.io/unschedulable"}
+    assert spec["tolerations"] == [
+        {"key": M.taint_key, "operator": "Exists"},
+        {"key": "example.com/team", "operator": "Equal", "value": "a", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Equal", "value": "", "effect": "NoSchedule"}]
     assert not is_workload(p, M.taint_key)
 
 

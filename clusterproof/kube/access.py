@@ -18,6 +18,12 @@ in each team namespace -- and uses it three ways:
   kube-node-lease...), checked against the manifest here and against the live
   cluster as the ServiceAccount in the self-test.
 
+And what RBAC cannot say -- the shape of the pods, RoleBindings, Services,
+FlowSchemas and node patches it may send -- the manifests say with
+ValidatingAdmissionPolicies; ``check_policies`` proves, before any test, that
+each exists, is bound and is in force (one request each must refuse, sent as
+a server-side dry run), or ends the run in one line.
+
 ``python -m clusterproof.kube.access team-bindings --profile P`` prints the
 RoleBindings that give the harness its pods in the profile's team namespaces.
 """
@@ -321,6 +327,10 @@ def pool_namespaces(api: client.ApiClient) -> list[str]:
                   if not n["metadata"].get("deletionTimestamp"))
 
 
+# Pod Security on the pool namespaces (clusterproof/kube/rbac.yaml): the one label that must hold.
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
 def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, ...] = ()) -> Manifest:
     """The manifest this run works under, bound to the pool found on the cluster; one line naming what is
     missing (permissions, the home namespace, the pool), and how to grant it."""
@@ -337,14 +347,143 @@ def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, 
             raise HarnessError(f"no namespace on {server_url(api)} is labelled {POOL_LABEL}=true: the "
                                "harness works only in namespaces provisioned for it (kubectl apply -f "
                                "clusterproof/kube/rbac.yaml)")
+        lax = [n["metadata"]["name"] for n in _pool_objects(api)
+               if (n["metadata"].get("labels") or {}).get(PSA_ENFORCE) != "restricted"]
+        if lax:
+            raise HarnessError(f"pool namespace(s) {', '.join(lax)} on {server_url(api)} do not enforce Pod Security "
+                               f"restricted (label {PSA_ENFORCE}=restricted): a pod the harness's identity makes "
+                               "there could reach its node's host; kubectl apply -f clusterproof/kube/rbac.yaml "
+                               "labels the shipped ones")
     manifest = Manifest.shipped(destructive, team_namespaces, pool)
+    user = whoami(api)
     gaps = missing(api, manifest)
     if gaps:
         teams = (" and the team bindings (python -m clusterproof.kube.access team-bindings --profile ...)"
                  if team_namespaces else "")
-        raise HarnessError(f"{whoami(api)} may not {'; '.join(gaps)}: the harness runs as ServiceAccount "
+        raise HarnessError(f"{user} may not {'; '.join(gaps)}: the harness runs as ServiceAccount "
                            f"{HOME}/{SERVICE_ACCOUNT} with {files}{teams} applied; see docs/real-cluster.md")
+    check_policies(api, manifest, destructive, user)
     return manifest
+
+
+def _pool_objects(api: client.ApiClient) -> list[dict]:
+    from clusterproof.kube.client import list_all
+    return [n for n in list_all(api, "/api/v1/namespaces", {"labelSelector": f"{POOL_LABEL}=true"})
+            if not n["metadata"].get("deletionTimestamp")]
+
+
+# --- what RBAC cannot say: the manifests' admission policies, proven in force ----------------------
+
+# The identity every policy of the manifests holds (their matchConditions name it, and its load identities).
+POLICY_USER = f"system:serviceaccount:{HOME}:{SERVICE_ACCOUNT}"
+VAP_API = "/apis/admissionregistration.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A request the policy ``policy`` must refuse, sent as a server-side dry run (nothing is stored)."""
+    policy: str
+    what: str                        # the request, as the refusal line names it
+    method: str
+    path: str
+    body: dict
+
+    def send(self, api: client.ApiClient) -> tuple[int, str]:
+        """(HTTP status, message): 2xx and "" when admitted."""
+        headers = {"Content-Type": "application/merge-patch+json"} if self.method == "PATCH" else None
+        try:
+            raw_request(api, self.method, self.path, {"dryRun": "All"}, headers=headers, body=self.body).data
+            return 200, ""
+        except client.ApiException as e:
+            return e.status, api_message(e)
+
+    def refused_by_policy(self, status: int, message: str) -> bool:
+        return status in (403, 422) and f"ValidatingAdmissionPolicy '{self.policy}'" in message
+
+
+def policy_names(destructive: bool) -> list[str]:
+    """The ValidatingAdmissionPolicies of the manifests a run works under, in the manifests' order."""
+    return [d["metadata"]["name"] for d in manifest_docs(destructive) if d["kind"] == "ValidatingAdmissionPolicy"]
+
+
+def probes(pool: str, node: str | None, destructive: bool) -> list[Probe]:
+    """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount): a pod bound
+    by ``nodeName``, ``clusterproof-pool`` bound to everyone, a NodePort Service, the flood's FlowSchema at the
+    ``exempt`` level, a label on ``node``."""
+    from clusterproof.kube.pod_spec import pod_body
+    pod = pod_body("clusterproof-policy-probe", "policy-probe")
+    pod["spec"]["nodeName"] = node or "clusterproof-policy-probe"
+    ns = f"/api/v1/namespaces/{pool}"
+    out = [Probe("clusterproof-pods", f"a pod in {pool} bound to a node by spec.nodeName", "POST", f"{ns}/pods", pod),
+           Probe("clusterproof-rolebindings", f"a RoleBinding in {pool} of {POOL_ROLE} to system:unauthenticated",
+                 "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{pool}/rolebindings", {
+                     "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                     "metadata": {"name": "clusterproof-policy-probe", "labels": {"clusterproof.io/run": "probe"}},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": POOL_ROLE},
+                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                   "name": "system:unauthenticated"}]}),
+           Probe("clusterproof-services", f"a NodePort Service in {pool}", "POST", f"{ns}/services", {
+               "apiVersion": "v1", "kind": "Service", "metadata": {"name": "clusterproof-policy-probe"},
+               "spec": {"type": "NodePort", "selector": {"app": "none"}, "ports": [{"port": 80}]}})]
+    if destructive:
+        out.append(Probe("clusterproof-fixed-names", "the flood's FlowSchema at the exempt priority level", "POST",
+                         "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+                             "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                             "metadata": {"name": "clusterproof-flood"},
+                             "spec": {"priorityLevelConfiguration": {"name": "exempt"}, "matchingPrecedence": 1000,
+                                      "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
+                                          "namespace": pool, "name": "clusterproof-load"}}],
+                                          "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}))
+        if node:
+            out.append(Probe("clusterproof-nodes", f"a label on node {node}", "PATCH", f"/api/v1/nodes/{node}",
+                             {"metadata": {"labels": {"clusterproof.io/policy-probe": "true"}}}))
+    return out
+
+
+def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool, user: str) -> None:
+    """The manifests' admission policies exist, are bound and refuse what they must, as the API server answers;
+    otherwise one line (HarnessError): the API server too old to serve them, a policy missing, not bound, or
+    not in force. Only for the identity they hold (``POLICY_USER``): any other one (an admin's) is not theirs to
+    hold, and the run says so."""
+    from clusterproof.core import progress
+    from clusterproof.core.waiting import WaitTimeout, wait_for
+    from clusterproof.kube.client import get_if_present, list_raw
+    if user != POLICY_USER:
+        progress.say(f"the manifests' admission policies hold {POLICY_USER}, not this run's identity {user}: "
+                     "the run's requests are held by RBAC alone")
+        return
+    files = "clusterproof/kube/rbac.yaml" + (" and clusterproof/kube/rbac-destructive.yaml" if destructive else "")
+    where = server_url(api)
+    served = get_if_present(api, VAP_API) or {}
+    if not any(r.get("name") == "validatingadmissionpolicies" for r in served.get("resources") or []):
+        raise HarnessError(f"the API server at {where} does not serve ValidatingAdmissionPolicy "
+                           f"({VAP_API[6:]}, Kubernetes 1.30 or later): the harness's identity is held by the "
+                           f"admission policies of {files} (what RBAC cannot say: docs/rbac.md), so it does not run "
+                           "there without them")
+    bindings = {d["spec"]["policyName"]: d["metadata"]["name"] for d in manifest_docs(destructive)
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    for name in policy_names(destructive):
+        if get_if_present(api, f"{VAP_API}/validatingadmissionpolicies/{name}") is None:
+            raise HarnessError(f"ValidatingAdmissionPolicy {name} is missing on {where}: it holds what RBAC cannot "
+                               f"say about the harness's requests (docs/rbac.md); kubectl apply -f {files}")
+        binding = get_if_present(api, f"{VAP_API}/validatingadmissionpolicybindings/{bindings[name]}")
+        if binding is None or (binding.get("spec") or {}).get("policyName") != name \
+                or "Deny" not in (binding.get("spec") or {}).get("validationActions", []):
+            raise HarnessError(f"ValidatingAdmissionPolicy {name} on {where} is not bound to deny (binding "
+                               f"{bindings[name]} {'missing' if binding is None else 'changed'}): it refuses "
+                               f"nothing; kubectl apply -f {files}")
+    nodes = list_raw(api, "/api/v1/nodes", {"limit": "1"})["items"]
+    for probe in probes(manifest.pool[0], nodes[0]["metadata"]["name"] if nodes else None, destructive):
+        # A policy reaches the API server's admission a moment after it is created: ask a few times.
+        try:
+            wait_for(lambda p=probe: p.send(api), until=lambda a, p=probe: p.refused_by_policy(*a), timeout=10,
+                     interval=1, what=f"ValidatingAdmissionPolicy {probe.policy} in force")
+        except WaitTimeout:
+            status, message = probe.send(api)
+            said = "admitted" if status < 300 else f"refused otherwise ({status}: {message[:200]})"
+            raise HarnessError(f"ValidatingAdmissionPolicy {probe.policy} on {where} is not in force: "
+                               f"{probe.what}, sent as {user} (server-side dry run), was {said}; "
+                               f"kubectl apply -f {files}") from None
 
 
 # Where each kind of the manifests is created (provision).

@@ -34,6 +34,7 @@ from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.claims import NAMESPACE_CLAIM, Claims
 from clusterproof.kube.client import delete_each, list_all, raw_request
+from clusterproof.kube.pod_spec import POD_SECURITY_LABELS
 from clusterproof.kube.pods import delete_namespace, list_pods
 
 # What a run may create in a pool namespace (the clusterproof-pool role), removed when it gives the
@@ -61,10 +62,12 @@ def create_namespace(api: client.ApiClient, name: str, run_id: str | None = None
     """The one place a namespace is created; returns it as the API server wrote it (its uid for an owner record).
 
     With ``run_id`` it is the run's: labelled with the run and annotated with its owner (``core.run.metadata``),
-    so the run's clean-up and a later run's sweeper find it. Without, it is someone else's (a team's, a
-    bystander's in a self-test): only ``labels``. Deleted with ``kube.pods.delete_namespace`` (its pods and
-    Events first)."""
-    meta = metadata(name, run_id, labels) if run_id is not None else {"name": name, "labels": dict(labels or {})}
+    so the run's clean-up and a later run's sweeper find it, and it enforces Pod Security ``restricted`` as
+    the pool namespaces of clusterproof/kube/rbac.yaml do (every run proves its pods comply). Without, it is
+    someone else's (a team's, a bystander's in a self-test): only ``labels``. Deleted with
+    ``kube.pods.delete_namespace`` (its pods and Events first)."""
+    meta = (metadata(name, run_id, {**POD_SECURITY_LABELS, **(labels or {})}) if run_id is not None
+            else {"name": name, "labels": dict(labels or {})})
     return json.loads(raw_request(api, "POST", "/api/v1/namespaces", body={"metadata": meta}).data)
 
 

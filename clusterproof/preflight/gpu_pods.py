@@ -4,9 +4,10 @@ Why a module: the suite cross-checks the cluster's preflight decisions with
 the checker's own verdict per node, the same way on both kinds of cluster:
 
 - real hardware (``--kubeconfig``, ``--allow-destructive``): a pod per idle
-  GPU node, image ``preflight_image``, pinned with ``nodeName`` (it must
-  also run on nodes under preflight or cordoned: it tolerates the preflight
-  taint and the unschedulable taint), asking for all of the node's GPUs
+  GPU node, image ``preflight_image``, pinned to it as a DaemonSet pins its
+  pods (node affinity on ``metadata.name``, through the scheduler; never
+  ``nodeName``), tolerating exactly that node's taints -- it must also run on
+  nodes under preflight or cordoned -- and asking for all of the node's GPUs
   (one whole node each), running ``python -m preflight check``; its log is
   the JSON verdict, its exit code 0/1/4 as the CLI's;
 - simulated: the same command as one process for all nodes against the
@@ -25,7 +26,7 @@ from kubernetes import client
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_all, raw_request
-from clusterproof.kube.pod_spec import pod_body
+from clusterproof.kube.pod_spec import pod_body, tolerating
 from clusterproof.kube.pods import create_pods, list_pods, try_create
 from clusterproof.preflight.contract import Marks, evictable
 from clusterproof.preflight.mock_nvml import checker_env, library_dir, run_checker
@@ -50,13 +51,15 @@ def idle_gpu_nodes(api: client.ApiClient) -> dict[str, dict]:
             if gpus_of(n) > 0 and n["metadata"]["name"] not in busy}
 
 
-def checker_pod(name: str, run_id: str, node: str, image: str, gpus: int, marks: Marks, xid_window_ms: int) -> dict:
-    body = pod_body(name, run_id, gpus=gpus, labels={CHECKER_LABEL: node[:63]}, restart_policy="Never",
-                    tolerations=[{"key": marks.taint_key, "operator": "Exists"},
-                                 {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])
-    spec = body["spec"]
-    spec["nodeName"] = node
-    c = spec["containers"][0]
+def checker_pod(name: str, run_id: str, node: dict, image: str, gpus: int, marks: Marks, xid_window_ms: int) -> dict:
+    """The checker for ``node`` (a Node object): its taints each tolerated exactly, and the preflight taint whatever
+    its value (the cluster's preflight controller may change it while the pod waits)."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    node_name = node["metadata"]["name"]
+    body = pod_body(name, run_id, gpus=gpus, labels={CHECKER_LABEL: node_name[:63]}, restart_policy="Never",
+                    node=node_name, tolerations=[{"key": marks.taint_key, "operator": "Exists"},
+                                                 *tolerating([t for t in taints if t["key"] != marks.taint_key])])
+    c = body["spec"]["containers"][0]
     c["image"] = image
     c["command"] = ["python", "-m", "preflight", "check", "--expect-gpus", str(gpus),
                     "--xid-window-ms", str(xid_window_ms)]
@@ -95,7 +98,7 @@ def verdict_from_log(node: str, exit_code: str, log: str) -> dict:
 def run_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: dict[str, dict], image: str,
                      marks: Marks, xid_window_ms: int, timeout: float) -> dict[str, dict]:
     """One checker pod per node; their verdicts by node. An unpullable image: HarnessError."""
-    bodies = {name: checker_pod(f"preflight-{i}", run_id, name, image, gpus_of(node), marks, xid_window_ms)
+    bodies = {name: checker_pod(f"preflight-{i}", run_id, node, image, gpus_of(node), marks, xid_window_ms)
               for i, (name, node) in enumerate(sorted(nodes.items()))}
     create_pods(api, ns, list(bodies.values()))
     pod_of = {b["metadata"]["name"]: node for node, b in bodies.items()}
@@ -126,7 +129,7 @@ def simulate_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: di
     server-side dry run (a sample). Returns (verdicts, manifests the API server refused)."""
     refused = []
     for i, name in enumerate(sorted(nodes)[:dry_run_sample]):
-        body = checker_pod(f"preflight-dry-{i}", run_id, name, "example.com/clusterproof-preflight:dry-run",
+        body = checker_pod(f"preflight-dry-{i}", run_id, nodes[name], "example.com/clusterproof-preflight:dry-run",
                            gpus, marks, 0)
         _, err = try_create(api, ns, body, dry_run=True)
         if err is not None:

@@ -28,6 +28,11 @@ class TaintKeys(KeyGroup):
             if not sep or team not in p.teams or not DNS_LABEL.match(ns):
                 raise ValueError(f"team_namespaces entry {entry!r} must be <team>=<namespace> with a team of teams "
                                  f"({', '.join(map(str, p.teams)) or 'none'}) and a namespace name")
+            if ns == "default" or ns.startswith("kube-") or ns == "clusterproof" or ns.startswith("clusterproof-"):
+                # team-bindings would bind the harness's pod rights there: any ServiceAccount of kube-system runs
+                # as a pod it creates; default is everybody's; its own home and pool are not a team's.
+                raise ValueError(f"team_namespaces entry {entry!r}: {ns} is not a team's namespace (kube-*, default "
+                                 "and the harness's own clusterproof, clusterproof-* are refused)")
             if team in seen:
                 raise ValueError(f"team_namespaces names team {team} twice")
             seen.add(team)

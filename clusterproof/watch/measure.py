@@ -36,6 +36,7 @@ from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import apimetrics
 from clusterproof.kube.client import get_if_present, list_all, list_raw, server_url
+from clusterproof.kube.pod_spec import tolerating
 from clusterproof.kube.pods import delete_run_pods
 from clusterproof.watch import analysis as wa
 from clusterproof.watch.pernode_service import KUBE_PROXY_SELECTOR, SERVICE_NAME_LABEL, PerNodeService, churn_plan
@@ -270,29 +271,37 @@ def agreements(profile, run: SizeRun, metrics_before: str, metrics_after: str) -
 
 # --- the whole measurement ------------------------------------------------------------------------
 
+# The taints the node lifecycle controller manages (pressure, unschedulable, not-ready...): a DaemonSet's pods
+# tolerate those it adds for them; the per-node pods tolerate each node's exactly.
+LIFECYCLE_TAINTS = "node.kubernetes.io/"
+
+
 def pool_nodes(api: client.ApiClient, profile) -> list[str]:
     """The nodes the per-node Service spreads over: the pool's (or every node), never a scratch or real node."""
     return sorted(n["metadata"]["name"] for n in _pool(api, profile))
 
 
 def _pool(api: client.ApiClient, profile) -> list[dict]:
+    """The pool's nodes a DaemonSet without tolerations of its own would run on: no NoSchedule taint but the
+    node lifecycle's (a team's or a preflight taint keeps the run's pods off, as the scheduler decides)."""
     query = {"labelSelector": f"{profile.pool_label}={profile.watch_pool}"} if profile.watch_pool else None
     # Neither scratch nodes nor the embedded cluster's real nodes (clusterproof.cluster.realnodes: real containers from
     # images built here; the per-node pods name an image only kwok never pulls).
     return [n for n in list_all(api, "/api/v1/nodes", query)
             if SCRATCH_LABEL not in (labels := n["metadata"].get("labels") or {})
-            and labels.get(REAL_NODE_LABEL) != "real"]
+            and labels.get(REAL_NODE_LABEL) != "real"
+            and not any(t["effect"] == "NoSchedule" and not t["key"].startswith(LIFECYCLE_TAINTS)
+                        for t in n["spec"].get("taints") or [])]
 
 
-def noexecute_tolerations(nodes: list[dict]) -> list[dict]:
-    """What a pod bound by name to these nodes must tolerate: their NoExecute taints, each exactly.
+def node_tolerations(nodes: list[dict]) -> dict[str, list[dict]]:
+    """What each per-node pod tolerates: its own node's NoExecute taints and lifecycle taints, each exactly.
 
     Why not a blanket ``Exists`` (as a node-exporter DaemonSet has): a cluster whose admission refuses
-    pods that tolerate other teams' taints refuses that too; a pod given ``nodeName`` is not held back
-    by NoSchedule taints, only evicted by NoExecute ones."""
-    seen = {(t["key"], t.get("value", "")) for n in nodes for t in n["spec"].get("taints") or []
-            if t["effect"] == "NoExecute"}
-    return [{"key": k, "operator": "Equal", "value": v, "effect": "NoExecute"} for k, v in sorted(seen)]
+    pods that tolerate other teams' taints refuses that too."""
+    return {n["metadata"]["name"]: tolerating([t for t in n["spec"].get("taints") or []
+                                               if t["effect"] == "NoExecute" or t["key"].startswith(LIFECYCLE_TAINTS)])
+            for n in nodes}
 
 
 def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Callable[[str], None],
@@ -312,7 +321,7 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
     members = sorted(n["metadata"]["name"] for n in pool)
     run = WatchRun(target, nodes, len(members))
     svc = PerNodeService(api, target.namespace, run_id, members, target.name, profile.watch_create_concurrency,
-                         tolerations=noexecute_tolerations(pool))
+                         tolerations=node_tolerations(pool))
     svc.create()
     try:
         for size in profile.watch_sizes:

@@ -2,12 +2,15 @@
 
 Why this Service: the seed cluster's watch bandwidth came from Services with
 one endpoint per node, watched by every node's kube-proxy: each endpoint
-change is sent to every watcher. The pods are tiny CPU pods that tolerate
-every taint (a DaemonSet's pods do), bound to their node by ``nodeName``
-(creating thousands through kube-scheduler would measure the scheduler, not
-the endpoints); kwok gives them IPs from their node's podCIDR and makes them
-Ready, so kube-controller-manager maintains both the EndpointSlices and the
-Endpoints of the Service.
+change is sent to every watcher. The pods are tiny CPU pods placed the way
+a node-exporter DaemonSet's are: each pinned to its node by node affinity on
+``metadata.name`` and scheduled by kube-scheduler (never ``spec.nodeName``,
+which the harness's identity may not set: docs/rbac.md), tolerating exactly
+that node's NoExecute taints (``tolerations``, per node). The scheduler's
+binds come before the measurement window, which counts watch bytes only; kwok
+gives the pods IPs from their node's podCIDR and makes them Ready, so
+kube-controller-manager maintains both the EndpointSlices and the Endpoints
+of the Service.
 
 Endpoint ``j`` (a "slot") lives on node ``j % nodes``: above the node count a
 node holds several, as the per-node Service of a larger cluster would.
@@ -105,7 +108,7 @@ class PerNodeService:
     nodes: list[str]
     name: str = "per-node"
     concurrency: int = 24
-    tolerations: list[dict] = field(default_factory=list)   # the nodes' NoExecute taints (watch_bandwidth)
+    tolerations: dict[str, list[dict]] = field(default_factory=dict)   # per node: its NoExecute taints
     pods: dict[int, str] = field(default_factory=dict)
     generation: dict[int, int] = field(default_factory=dict)
     not_ready: set[int] = field(default_factory=set)
@@ -124,9 +127,9 @@ class PerNodeService:
     def _pod(self, slot: int) -> dict:
         gen = self.generation.get(slot, 0)
         name = f"ep-{slot:05d}" + (f"-r{gen}" if gen else "")
-        body = pod_body(name, self.run_id, labels={APP_LABEL: self.name}, tolerations=list(self.tolerations))
-        body["spec"]["nodeName"] = self.nodes[slot % len(self.nodes)]
-        return body
+        node = self.nodes[slot % len(self.nodes)]
+        return pod_body(name, self.run_id, labels={APP_LABEL: self.name}, node=node,
+                        tolerations=list(self.tolerations.get(node, [])))
 
     def _create(self, slots: list[int]) -> None:
         def one(slot: int) -> None:
