@@ -48,6 +48,7 @@ from clusterproof.kube import placement as pl
 from clusterproof.kube.apicalls import refused_by_rbac
 from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.kube.informer import Informer
+from clusterproof.kube.node_taints import CHECK_TAINTS
 from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
 from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
@@ -356,19 +357,17 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
     assert not bad, f"{len(bad)} borrowing/preemption problem(s): " + _names(bad)
 
 
-# The only taints the harness's identity may put on a node it does not own (clusterproof/kube/rbac-destructive.yaml,
-# ValidatingAdmissionPolicy clusterproof-nodes).
-OWN_TAINTS = "clusterproof.io/"
-
-
-def _own_taint_key(cluster, key: str, own: str) -> str:
-    """``key`` on the run's own scratch nodes; on a borrowed node of a cluster the harness does not own, ``key``
-    only if it is the harness's own (``clusterproof.io/...``), else ``own``: scheduling and eviction by taint do
-    not depend on the key, and the run may not add a site's team or preflight taint to its node."""
-    if cluster.simulated or key.startswith(OWN_TAINTS):
+def _own_taint_key(cluster, key: str, name: str) -> str:
+    """``key`` on the run's own scratch nodes; on a borrowed node of a cluster the harness does not own, a check
+    taint of its own (``check.clusterproof.io/<name>``): the run may add no taint of a key a site may use for its
+    teams or preflight (clusterproof/kube/rbac-destructive.yaml), and scheduling and eviction by taint do not
+    depend on the key."""
+    if cluster.simulated:
         return key
+    own = CHECK_TAINTS + name
     allure.dynamic.parameter(f"taint key on the borrowed node instead of {key}",
-                             f"{own} (the cluster's own key is not the harness's to add)", excluded=True)
+                             f"{own} (the harness adds only taints of its own to a node it does not own)",
+                             excluded=True)
     return own
 
 
@@ -392,7 +391,7 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
     that should have gone."""
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team = teams[0]
-    key = _own_taint_key(cluster, rules.taint_key, f"{OWN_TAINTS}team")
+    key = _own_taint_key(cluster, rules.taint_key, "team")
     node = _scratch(cluster, profile, run_id, f"evict-{run_id[-4:]}-{namespace[-4:]}")
     noschedule = {"key": key, "value": team, "effect": "NoSchedule"}
     noexecute = {"key": key, "value": team, "effect": "NoExecute"}
@@ -506,7 +505,7 @@ def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, is
     """A new node behind the preflight taint gets no pod, whoever asks for it (plain, team or low-priority pods), and
     gets them all once the taint is removed. Red: a pod bound early, or elsewhere after the taint went."""
     api = cluster.api
-    preflight = {"key": _own_taint_key(cluster, profile.preflight_taint_key, f"{OWN_TAINTS}preflight"),
+    preflight = {"key": _own_taint_key(cluster, profile.preflight_taint_key, "preflight"),
                  "value": "pending", "effect": "NoSchedule"}
     node = _scratch(cluster, profile, run_id, f"preflight-{run_id[-4:]}-{namespace[-4:]}", [preflight])
     team = profile.teams[0]

@@ -58,6 +58,7 @@ class Scene:
     team_taint: dict
     any_node: str
     high_priority: str
+    production_node: str                # a node without the kwok annotation, as a real cluster's nodes are
     taints: dict[str, list[dict]] = field(default_factory=dict)    # node -> its taints as read (a patch replaces all)
 
     def taints_of(self, node: str) -> list[dict]:
@@ -194,9 +195,9 @@ def requests(s: Scene) -> list[Request]:
                 node, {"metadata": {"labels": {"example.com/pool": "red-team"}}}),
         Request("node-cordoned", f"node {s.any_node} cordoned", "a node taken out of service",
                 "ValidatingAdmissionPolicy 'clusterproof-nodes'", "PATCH", node, {"spec": {"unschedulable": True}}),
-        Request("node-called-simulated", f"node {s.any_node} annotated kwok.x-k8s.io/node=fake",
+        Request("node-called-simulated", f"production node {s.production_node} annotated kwok.x-k8s.io/node=fake",
                 "a production node the harness then treats as its simulation",
-                "ValidatingAdmissionPolicy 'clusterproof-nodes'", "PATCH", node,
+                "ValidatingAdmissionPolicy 'clusterproof-nodes'", "PATCH", f"/api/v1/nodes/{s.production_node}",
                 {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake"}}}),
     ]
 
@@ -290,12 +291,16 @@ def scenes(cluster, run_id, tmp_path_factory):
               "stringData": {"token": "the team's credential"}}
     pod = pod_body(team_pod, "team")
     pod["metadata"]["labels"] = {"app": "training"}      # the team's: no run label of the harness
+    production = f"red-team-production-{tag}"
     made = [f"/api/v1/namespaces/{team_ns}/secrets/{secret_name}", f"/api/v1/namespaces/{team_ns}/pods/{team_pod}",
-            f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}"]
+            f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}", f"/api/v1/nodes/{production}"]
     with guest.applied(api, [*before, *team, *extra]):
         try:
             create_if_absent(api, f"/api/v1/namespaces/{team_ns}/secrets", secret)
             create_if_absent(api, f"/api/v1/namespaces/{team_ns}/pods", pod)
+            # Tainted, so no other pod lands on it while it exists; no kwok annotation: a real cluster's node.
+            create_if_absent(api, "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": production}, "spec": {"taints": [{"key": "red-team", "value": "x", "effect": "NoSchedule"}]}})
             create_if_absent(api, "/apis/scheduling.k8s.io/v1/priorityclasses", {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high},
                 "value": 1000000, "description": "the cluster's own high priority (clusterproof red-team self-test)"})
@@ -305,7 +310,7 @@ def scenes(cluster, run_id, tmp_path_factory):
                           team_node=team_node["metadata"]["name"],
                           team_taint=next((t for t in team_node["spec"].get("taints") or []
                                            if t["key"] == TEAM_TAINT), {}),
-                          any_node=any_node["metadata"]["name"], high_priority=high,
+                          any_node=any_node["metadata"]["name"], high_priority=high, production_node=production,
                           taints={n["metadata"]["name"]: n["spec"].get("taints") or [] for n in (team_node, any_node)})
             shipped = Scene(pool=access.pool_namespaces(api)[0], **common)
             old = Scene(pool=old_pool, **common)
@@ -316,7 +321,7 @@ def scenes(cluster, run_id, tmp_path_factory):
             yield {"shipped": (shipped_api, shipped), "before": (old_api, old)}
         finally:
             delete_if_present(api, made[1], {"gracePeriodSeconds": "0"})
-            for path in (made[0], made[2]):
+            for path in (made[0], made[2], made[3]):
                 delete_if_present(api, path)
 
 
@@ -354,7 +359,7 @@ def test_the_manifests_shipped_before_issue_35_are_caught_request_by_request(sce
 def test_docs_name_what_closes_every_escalation_path():
     """docs/rbac.md's table lists every request of the red team, with the rule or policy that closes it."""
     text = (ROOT / "docs" / "rbac.md").read_text()
-    scene = Scene(*(["x"] * 6), {}, "x", "x")   # names only
+    scene = Scene(*(["x"] * 6), {}, "x", "x", "x")   # names only
     missing = [r.id for r in requests(scene) if f"`{r.id}`" not in text]
     assert not missing, f"docs/rbac.md does not list: {', '.join(missing)}"
 

@@ -26,6 +26,11 @@ from clusterproof.core.run import CREATED, owner_annotations
 from clusterproof.kube.client import get_if_present, merge_patch
 
 ADDED_TAINTS_PREFIX = "clusterproof.io/added-taints."
+# The only taints the harness's identity may add to or remove from a node it does not own (the policy
+# clusterproof-nodes of clusterproof/kube/rbac-destructive.yaml): its claim (core.run.SCRATCH_LABEL) and a check's
+# own taints under this prefix -- never a key a site may use for its teams or preflight, not even the profiles'
+# default clusterproof.io/team.
+CHECK_TAINTS = "check.clusterproof.io/"
 
 
 def added_taints_key(run_id: str) -> str:
