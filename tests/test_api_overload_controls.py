@@ -22,22 +22,27 @@ to this session's embedded cluster; the controls shorten the flood with
 - bad input (unknown flow schema / level, a system:masters flood identity,
   seats or queues out of range): one line, exit 4, before any test;
 - an interrupted run and a killed one leave no FlowSchema, PriorityLevel or
-  namespace behind (the killed one's are swept by the next run).
+  namespace behind (the killed one's are swept by the next run);
+- a run stopped past its Lease mid-flood, whose turn another run took and
+  whose flow it made again, stops with exit 7 and removes nothing of the
+  other run's.
 """
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import psutil
 import pytest
 
-from clusterproof.apf.overload import FLOW_NAME
+from clusterproof.apf.overload import FLOW_NAME, install_flow, remove_dead_flow
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
 from clusterproof.kube.claims import TURN, Claims
 from clusterproof.kube.client import get_if_present
-from clusterproof.kube.liveness import RunLease, wait_expired
+from clusterproof.kube.flowcontrol import FLOW_SCHEMAS, PRIORITY_LEVELS
+from clusterproof.kube.liveness import LIVENESS_EXIT, RunLease, wait_expired
 from tests.harness import (
     allure_figures,
     allure_results,
@@ -305,3 +310,50 @@ def test_a_second_run_waits_for_the_floods_turn_then_skips_naming_the_run_that_h
         turn.release(FLOW_NAME)
         lease.release()
     _assert_nothing_left(cluster, rid)
+
+
+STOP_EXCUSE = ("a harness run stopped (SIGSTOP) past its Lease mid-flood by this self-test: resumed, it stops at "
+               "once (exit 7), and kube-apiserver counts the requests its flood abandoned as 504 (client abort) or "
+               "500 (context canceled, kubernetes/kubernetes#139256)")
+
+
+def test_a_run_stopped_past_its_lease_leaves_the_flow_of_the_run_that_took_its_turn(cluster, profile, api_guard,
+                                                                                    tmp_path):
+    """The stale run of issue 35, end to end: a flood run is stopped (SIGSTOP, its locust too) until its
+    Lease has expired; another run takes the turn -- the stopped run's flow removed uid for uid from its
+    owner record -- and makes the flow again. Resumed, the run stops with exit 7, and its teardown (the
+    ``finally`` of the flood) leaves the other run's FlowSchema, level and turn, saying why in one line."""
+    stale, live = f"apfctl-{os.urandom(2).hex()}", f"apfturn-{os.urandom(2).hex()}"
+    api, lease, flow = cluster.api, None, None
+    turn = Claims(api, HOME, live, TURN)
+    try:
+        with _start(cluster, profile, stale, tmp_path, "apf_flood_s=60", "run_lease_duration_s=10") as proc:
+            _wait_flooding(cluster, proc, stale)
+            with api_guard.excuse(STOP_EXCUSE):
+                os.killpg(proc.pid, signal.SIGSTOP)
+                try:
+                    wait_expired(api, stale, timeout=60)
+                    lease = RunLease(api, live, HOME, duration_s=60).acquire()
+                    assert turn.try_take(FLOW_NAME, turn.alive(), lambda dead: remove_dead_flow(api, dead)) is None
+                    flow = install_flow(api, profile, live, None, "default")
+                finally:
+                    os.killpg(proc.pid, signal.SIGCONT)
+                out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == LIVENESS_EXIT, out[-3000:]
+        for path, uid in flow.created:
+            assert (get_if_present(api, path) or {}).get("metadata", {}).get("uid") == uid, \
+                f"the stale run removed {path} of the run that took its turn"
+        assert f"the flood's flow is left in place (prioritylevelconfigurations, flowschemas {FLOW_NAME}): the " \
+               f"claim {HOME}/{TURN}{FLOW_NAME} is run {live}'s now" in out, out[-3000:]
+        assert f"claim {HOME}/{TURN}{FLOW_NAME} is run {live}'s now, not this run's: left in place" in out, out[-3000:]
+        assert "Traceback" not in out, out[-3000:]
+        assert turn.held_by().get(FLOW_NAME) == live
+        _assert_nothing_left(cluster, stale)
+    finally:
+        if flow is not None:
+            flow.remove(api)
+        turn.release(FLOW_NAME)
+        if lease is not None:
+            lease.release()
+    assert all(get_if_present(api, f"{c}/{FLOW_NAME}") is None for c in (FLOW_SCHEMAS, PRIORITY_LEVELS))
+    _assert_nothing_left(cluster, live)

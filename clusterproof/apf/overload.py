@@ -24,6 +24,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import allure
 from kubernetes import client
@@ -40,8 +41,8 @@ from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.access import HOME
 from clusterproof.kube.claims import TURN, Claims
 from clusterproof.kube.client import api_message as apf_message
-from clusterproof.kube.client import delete_if_present, raw_request
-from clusterproof.kube.ownership import delete_owned, owned_objects, read_records
+from clusterproof.kube.client import raw_request
+from clusterproof.kube.ownership import REPLACED, delete_owned, owned_objects, read_records
 from clusterproof.kube.podtimeline import PodTimeline
 from clusterproof.kube.tokens import SERVICE_ACCOUNT, create_load_identity
 from clusterproof.report.plots import Figure, Series
@@ -91,17 +92,38 @@ class FloodFlow:
     user: str
     fs_uid: str = ""
     pl_uid: str = ""
-    created: list[str] = field(default_factory=list)    # paths, removed in reverse
+    created: list[tuple[str, str]] = field(default_factory=list)    # (path, uid), removed in reverse
 
-    def remove(self, api: client.ApiClient) -> None:
-        for path in reversed(self.created):
-            delete_if_present(api, path)
+    def remove(self, api: client.ApiClient, lost: Callable[[], str | None] = lambda: None,
+               say: Callable[[str], None] = progress.say) -> None:
+        """Remove what the run created, each only if it is still the object the run made.
+
+        ``lost``: why the run no longer holds its turn on the fixed names (``Claims.lost``), None while
+        it does. A run that lost it (its Lease expired: exit 7, a ``finally`` after the loss) removes
+        nothing, with a line: a sweeper may have removed its flow and a live run made the same names
+        again. What is still its own, the owner record names (uid for uid) for the sweeper.
+
+        Each DELETE carries the uid the create answered -- the uid alone, not the resourceVersion: the
+        apiserver's APF configuration controller writes the FlowSchema's status (its Dangling
+        condition) after the create, so the resourceVersion the run saw changes with no other run
+        writing; and no run takes over a flow in place (each creates its own, 409 if the names are
+        taken), so another run's flow always has another uid. 409: another run's, left in place."""
+        why = lost() if self.created else None
+        if why:
+            say(f"the flood's flow is left in place ({', '.join(p.rsplit('/', 2)[1] for p, _ in self.created)} "
+                f"{FLOW_NAME}): {why}; this run removes nothing that a live run may hold now")
+            self.created.clear()
+            return
+        for path, uid in reversed(self.created):
+            if delete_owned(api, path, uid) == REPLACED:
+                say(f"{path} is another object now (not uid {uid}, which this run made): another run's, "
+                    "left in place")
         self.created.clear()
 
 
 def _create(api, path: str, body: dict, flow: FloodFlow) -> dict:
     obj = json.loads(raw_request(api, "POST", path, body=body).data)
-    flow.created.append(f"{path}/{body['metadata']['name']}")
+    flow.created.append((f"{path}/{body['metadata']['name']}", obj["metadata"]["uid"]))
     return obj
 
 
@@ -362,7 +384,7 @@ def flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, 
         raise Busy(f"the API flood's FlowSchema {FLOW_NAME} is another run's turn (run {holder}, alive) and stayed "
                    f"so for {profile.claim_wait_s} s (claim_wait_s): runs against one cluster flood one at a time")
     try:
-        with _flooded(api, profile, run_id, config, work, say, namespaces) as run:
+        with _flooded(api, profile, run_id, config, work, say, namespaces, lambda: turn.lost(FLOW_NAME)) as run:
             yield run
     finally:
         turn.release(FLOW_NAME)
@@ -381,7 +403,8 @@ def remove_dead_flow(api: client.ApiClient, run: str) -> None:
 
 
 @contextmanager
-def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, work: Path, say, namespaces):
+def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, work: Path, say, namespaces,
+             lost: Callable[[], str | None]):
     flood_ns = namespaces.take("flood")
     try:
         probe_ns = namespaces.take("probe")
@@ -404,7 +427,7 @@ def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig,
                             probe_ident, work, say)
     finally:
         if flow is not None:
-            flow.remove(api)
+            flow.remove(api, lost, say)
         try:
             namespaces.give_back(flood_ns)
         finally:

@@ -57,11 +57,12 @@ from typing import Callable
 
 from kubernetes import client
 
-from clusterproof.core import exitcodes
+from clusterproof.core import exitcodes, progress
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.timeparse import MICRO, format_time, http_date, parse_time
 from clusterproof.core.waiting import wait_for
-from clusterproof.kube.client import delete_if_present, raw_request
+from clusterproof.kube.client import get_if_present, raw_request
+from clusterproof.kube.ownership import REPLACED, delete_owned
 
 LEASES = "/apis/coordination.k8s.io/v1"
 LEASE_PREFIX = "clusterproof-run-"
@@ -176,9 +177,22 @@ class RunLease:
                 t.join(timeout=10)
 
     def release(self) -> None:
-        """Stop renewing and delete the Lease."""
+        """Stop renewing and delete the Lease, only if it is still this run's.
+
+        Why the read and the preconditions: a run that lost its Lease because another process holds
+        it (the same run id started twice) must not end that one's liveness too. The holder is read,
+        and the DELETE carries the read's uid and resourceVersion; 409 or another holder: left in place.
+        """
         self.abandon()
-        delete_if_present(self.api, self.path)
+        lease = get_if_present(self.api, self.path)
+        if lease is None:
+            return
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        meta = lease["metadata"]
+        if holder != self.holder or delete_owned(self.api, self.path, meta["uid"],
+                                                 meta["resourceVersion"]) == REPLACED:
+            progress.say(f"the run Lease {self.where} is held by {holder!r} now, not by this run ({self.holder}): "
+                         "left in place")
 
     # --- renewal ------------------------------------------------------------------------------
 

@@ -176,13 +176,22 @@ def owned_objects(api: client.ApiClient, run_id: str, rec: Record) -> dict[str, 
     return out
 
 
-def delete_owned(api: client.ApiClient, path: str, uid: str) -> str:
-    """Delete the object at ``path`` only if it is still the one with ``uid``: 'deleted', 'gone' or 'replaced'."""
+REPLACED = "replaced"
+
+
+def delete_owned(api: client.ApiClient, path: str, uid: str, resource_version: str = "") -> str:
+    """Delete the object at ``path`` only if it is still the one with ``uid`` (and, given, still at
+    ``resource_version``): 'deleted', 'gone' or ``REPLACED``.
+
+    The resourceVersion is for objects that change hands in place, keeping their uid (a claim Lease
+    taken over: ``clusterproof.kube.claims``). REPLACED is the apiserver's 409 on a failed
+    precondition: not the object the caller saw any more, so it is not the caller's to remove."""
+    pre = {"uid": uid, **({"resourceVersion": resource_version} if resource_version else {})}
     try:
-        return "deleted" if delete_if_present(api, path, body={"preconditions": {"uid": uid}}) else "gone"
+        return "deleted" if delete_if_present(api, path, body={"preconditions": pre}) else "gone"
     except client.ApiException as e:
         if e.status == 409:
-            return "replaced"
+            return REPLACED
         raise
 
 

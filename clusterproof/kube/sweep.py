@@ -12,6 +12,14 @@ dead when its Lease has expired or is gone; for a dead run it removes
 - the run's objects in every pool namespace it still claims, then the claim;
 - its record and its Lease.
 
+A claim changes hands in place (a takeover patches it and keeps its uid), so
+the sweeper acts only on the claim as it listed it: a pool namespace's claim is
+first taken over with a write conditional on the listed resourceVersion (the
+sweeper empties only a namespace it holds, never one a live run took in the
+meantime), and a turn's claim is deleted with the listed uid *and*
+resourceVersion as preconditions. Either failing means another run has it now:
+left in place, said in one line.
+
 A live run's objects are never touched, whichever host it runs on. An object
 that carries a dead run's label but is in no record (an older harness, a
 hand-made copy, a bystander's namespace labelled by copy-paste) is reported,
@@ -33,13 +41,13 @@ from typing import Callable
 from kubernetes import client
 
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL
-from clusterproof.kube.claims import NAMESPACE_CLAIM, TURN
+from clusterproof.kube.claims import NAMESPACE_CLAIM, TURN, Claims
 from clusterproof.kube.client import delete_if_present, list_all
 from clusterproof.kube.liveness import LEASE_PREFIX, LEASES, run_states
 from clusterproof.kube.namespaces import empty
 from clusterproof.kube.node_taints import records as taint_records
 from clusterproof.kube.node_taints import release_run_taints
-from clusterproof.kube.ownership import delete_owned, owned_objects, read_records, record_name
+from clusterproof.kube.ownership import REPLACED, delete_owned, owned_objects, read_records, record_name
 
 # Labelled objects the reader role may list, looked at for what no record proves (reported only).
 UNPROVEN_KINDS = (
@@ -54,7 +62,7 @@ class Leftover:
     what: str                      # "namespaces/cp-...", "pool namespace clusterproof-3", "taints on nodes/y"
     run: str
     why: str                       # "lease ... renewed 700 s ago (duration 60 s)" / "no run Lease"
-    remove: Callable[[], object]
+    remove: Callable[[], object]   # returns REPLACED if it is not the dead run's any more (left in place)
 
     def __str__(self) -> str:
         return f"{self.what} (run {self.run}: {self.why})"
@@ -65,6 +73,7 @@ class Sweep:
     found: list[Leftover] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     forbidden: list[str] = field(default_factory=list)   # the identity may not remove these
+    replaced: list[str] = field(default_factory=list)    # taken over or made again since listed: left in place
     unproven: list[str] = field(default_factory=list)    # labelled by a dead run, in no record: kept
     asked: bool = False            # found on real hardware without permission to remove
 
@@ -75,8 +84,9 @@ class Sweep:
             return ["no leftovers of earlier runs"] + out
         if self.asked:
             return [f"would remove (pass --sweep-leftovers to remove): {x}" for x in self.found] + out
-        return [(f"could not remove (forbidden): {x}" if x.what in self.forbidden else f"removed: {x}")
-                for x in self.found] + out
+        return [(f"could not remove (forbidden): {x}" if x.what in self.forbidden else
+                 f"left in place (another run's now: taken over or made again since it was listed): {x}"
+                 if x.what in self.replaced else f"removed: {x}") for x in self.found] + out
 
 
 def _kind(path: str) -> str:
@@ -124,17 +134,16 @@ def find_leftovers(api: client.ApiClient, current_run: str, home: str) -> tuple[
         why = why_dead(run)
         if not why:
             continue
-        name = claim["metadata"]["name"]
-        path, uid = f"{leases}/{name}", claim["metadata"]["uid"]
+        name, meta = claim["metadata"]["name"], claim["metadata"]
         if name.startswith(NAMESPACE_CLAIM):
             ns = name[len(NAMESPACE_CLAIM):]
-
-            def release(ns=ns, run=run, path=path, uid=uid):
-                empty(api, ns, lambda r: r == run)
-                delete_owned(api, path, uid)
-            out.append(Leftover(f"run's objects in pool namespace {ns}", run, why, release))
+            out.append(Leftover(f"run's objects in pool namespace {ns}", run, why,
+                                lambda ns=ns, run=run, seen=claim: _empty_claimed(api, home, current_run, ns, run,
+                                                                                   seen)))
         else:   # a turn on a named object: the object itself is in the run's record
-            out.append(Leftover(f"leases/{name}", run, why, lambda p=path, u=uid: delete_owned(api, p, u)))
+            out.append(Leftover(f"leases/{name}", run, why,
+                                lambda p=f"{leases}/{name}", u=meta["uid"], v=meta["resourceVersion"]:
+                                delete_owned(api, p, u, v)))
     for run in sorted(set(records) | {r for r in states}):
         why = why_dead(run)
         if not why:
@@ -147,6 +156,23 @@ def find_leftovers(api: client.ApiClient, current_run: str, home: str) -> tuple[
             out.append(Leftover(f"leases/{LEASE_PREFIX}{run}", run, why,
                                 lambda r=run: delete_if_present(api, f"{leases}/{LEASE_PREFIX}{r}")))
     return out, _unproven(api, why_dead, recorded, {x.run for x in out})
+
+
+def _empty_claimed(api: client.ApiClient, home: str, current_run: str, ns: str, dead: str, seen: dict) -> str:
+    """Empty pool namespace ``ns`` of the dead run's objects while the sweeping run holds its claim: taken
+    over from the claim as listed (``seen``), dropped afterwards. REPLACED if another run took it first.
+
+    Why hold it: emptying also removes the namespace's Events, which a live run that took the namespace
+    between the listing and the clean-up would lose; and a claim deleted first could be taken by a run
+    whose work the clean-up then hits."""
+    pool = Claims(api, home, current_run, NAMESPACE_CLAIM)
+    if not pool.take_over(ns, seen):
+        return REPLACED
+    try:
+        empty(api, ns, lambda r: r == dead)
+    finally:
+        pool.release(ns)
+    return "deleted"
 
 
 def _unproven(api: client.ApiClient, why_dead: Callable[[str], str | None], recorded: set[str],
@@ -180,8 +206,10 @@ def sweep(api: client.ApiClient, current_run: str, home: str, remove: bool,
         if not remove:
             continue
         try:
-            x.remove()
-            result.removed.append(x.what)
+            if x.remove() == REPLACED:
+                result.replaced.append(x.what)
+            else:
+                result.removed.append(x.what)
         except client.ApiException as e:
             if e.status != 403:
                 raise
