@@ -35,12 +35,20 @@ import yaml
 from kubernetes import client
 
 from clusterproof.cluster.coscheduling import OWN_SCHEDULER
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import access
 from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
 from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
-from clusterproof.kube.client import api_message, load_client, merge_patch, raw_request
+from clusterproof.kube.client import (
+    api_message,
+    create_if_absent,
+    delete_if_present,
+    load_client,
+    merge_patch,
+    raw_request,
+)
 from clusterproof.kube.tokens import LOAD_RULES
 from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
@@ -322,6 +330,67 @@ def test_a_binding_missing_one_rule_ends_the_run_in_one_line_naming_it(cluster, 
         run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig), "--as-real-cluster"], tmp_path, timeout=120)
     assert_one_line(run, "may not patch pods/status in namespaces clusterproof-0, clusterproof-1, clusterproof-2 "
                     "and 5 more (clusterproof-pool):")
+
+
+VAP = "/apis/admissionregistration.k8s.io/v1"
+
+
+@contextlib.contextmanager
+def _policy_changed(api, policy: str, how: str):
+    """``clusterproof-services`` (a policy of rbac.yaml) for one test: deleted, its binding deleted, its binding set to
+    warn only, or its validation made to admit everything; put back as the manifest has it afterwards."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in access.manifest_docs(False)}
+    policy_path, binding_path = f"{VAP}/validatingadmissionpolicies/{policy}", \
+        f"{VAP}/validatingadmissionpolicybindings/{policy}"
+    try:
+        if how == "missing":
+            delete_if_present(api, policy_path)
+        elif how == "unbound":
+            delete_if_present(api, binding_path)
+        elif how == "warn-only":
+            merge_patch(api, binding_path, {"spec": {"validationActions": ["Warn"]}})
+        elif how == "admits-all":
+            merge_patch(api, policy_path, {"spec": {"validations": [{"expression": "true"}]}})
+        yield
+    finally:
+        for kind, path in (("ValidatingAdmissionPolicy", policy_path), ("ValidatingAdmissionPolicyBinding",
+                                                                         binding_path)):
+            delete_if_present(api, path)
+            create_if_absent(api, path.rsplit("/", 1)[0], docs[(kind, policy)])
+
+
+@pytest.mark.parametrize("how,expected", [
+    pytest.param("missing", "ValidatingAdmissionPolicy clusterproof-services is missing on", id="missing"),
+    pytest.param("unbound", "ValidatingAdmissionPolicy clusterproof-services on https", id="not-bound"),
+    pytest.param("warn-only", "is not bound to deny (binding clusterproof-services changed)", id="warn-only"),
+    pytest.param("admits-all", "ValidatingAdmissionPolicy clusterproof-services on https", id="not-in-force")])
+def test_an_admission_policy_missing_unbound_or_not_in_force_ends_the_run_in_one_line(cluster, tmp_path, how,
+                                                                                        expected):
+    """Negative controls of the policy check: the run, as the ServiceAccount, ends before any test in one line
+    naming the policy and what is wrong with it (and how to put it back)."""
+    kubeconfig, token = guest.kubeconfig_for(cluster.api, tmp_path)
+    with _policy_changed(cluster.api, "clusterproof-services", how):
+        run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig), "--as-real-cluster"], tmp_path, timeout=120)
+    tail = {"missing": "kubectl apply -f clusterproof/kube/rbac.yaml",
+            "unbound": "is not bound to deny (binding clusterproof-services missing)",
+            "warn-only": "kubectl apply -f clusterproof/kube/rbac.yaml",
+            "admits-all": "is not in force: a NodePort Service in clusterproof-0, sent as "
+                          "system:serviceaccount:clusterproof:clusterproof (server-side dry run), was admitted"}[how]
+    assert_one_line(run, expected, tail)
+    assert token not in run.output
+
+
+def test_an_api_server_without_admission_policies_is_told_in_one_line(monkeypatch):
+    """An API server before 1.30 does not serve ValidatingAdmissionPolicy: the run ends in one line."""
+    import clusterproof.kube.client as kube
+    monkeypatch.setattr(kube, "get_if_present", lambda api, path, query=None: {"resources": [
+        {"name": "validatingwebhookconfigurations"}]} if path == access.VAP_API else None)
+    api = type("A", (), {"configuration": type("C", (), {"host": "https://10.0.0.1:6443"})()})()
+    manifest = Manifest.shipped(False, pool=["clusterproof-0"])
+    with pytest.raises(HarnessError, match=r"^the API server at https://10.0.0.1:6443 does not serve "
+                                                  r"ValidatingAdmissionPolicy \(admissionregistration.k8s.io/v1, "
+                                                  r"Kubernetes 1.30 or later\)"):
+        access.check_policies(api, manifest, False, access.POLICY_USER)
 
 
 def test_an_anonymous_identity_is_told_in_one_line_that_it_cannot_ask(cluster, tmp_path):

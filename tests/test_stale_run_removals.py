@@ -259,6 +259,36 @@ def test_a_run_that_drops_its_claim_as_another_takes_it_over_leaves_it(cluster, 
         delete_if_present(api, mine.path(key))
 
 
+def test_a_run_that_lost_its_pool_namespace_gives_it_back_without_emptying_it(cluster, lines):
+    """Run A held a pool namespace, lost its Lease, and run B took the namespace over and works in it. A's
+    give_back (its ``finally``) then empties nothing -- emptying removes every Event there, B's too -- and says
+    why in one line. Negative control: emptying it as A did before removes B's work."""
+    from clusterproof.kube.namespaces import Pool
+    api = cluster.api
+    b, ns = f"b-{_tag()}", f"cp-pool-{_tag()}"
+    create_namespace(api, ns)              # stands for a pool namespace the SRE provisioned
+    a = _dead_claim(api, NAMESPACE_CLAIM, ns)
+    lease = RunLease(api, b, HOME, duration_s=60).acquire()
+    try:
+        mine = Claims(api, HOME, b, NAMESPACE_CLAIM)
+        assert mine.try_take(ns, mine.alive()) is None
+        work = _event(api, ns, b)
+        stale = Pool(api, a, HOME, [ns], say=lines.append)
+        stale.held.add(ns)
+        stale.give_back(ns)
+        assert get_if_present(api, work) is not None, "the run that lost the namespace emptied it of B's work"
+        assert holder_of(get_if_present(api, mine.path(ns))) == b
+        assert lines == [f"namespace {ns} left as it is: the claim {HOME}/{NAMESPACE_CLAIM}{ns} is run {b}'s now"], \
+            lines
+        assert not stale.held
+        sweep_module.empty(api, ns, lambda run: run == a)
+        assert get_if_present(api, work) is None, "negative control: emptying should have taken B's Event"
+    finally:
+        delete_if_present(api, Claims(api, HOME, b, NAMESPACE_CLAIM).path(ns))
+        delete_if_present(api, f"/api/v1/namespaces/{ns}")
+        lease.release()
+
+
 # --- the run Lease itself -----------------------------------------------------------------------------
 
 def test_a_run_lease_another_process_holds_now_is_not_released(cluster, lines, monkeypatch):

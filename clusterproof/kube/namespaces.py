@@ -173,7 +173,17 @@ class Pool:
 
     def give_back(self, name: str, timeout: float = 300) -> None:
         """Empty ``name`` of this run's objects, then drop the claim. If emptying fails the claim stays:
-        the run's end (``release_all``) tries again, and after the run the sweeper does (dead holder)."""
+        the run's end (``release_all``) tries again, and after the run the sweeper does (dead holder).
+
+        A run that no longer holds the claim (it lost its Lease and a sweeper gave the namespace to another
+        run) empties nothing: emptying removes every Event there, by then the other run's too. What it made
+        is the sweeper's to remove, by its owner record."""
+        why = self.claims.lost(name)
+        if why:
+            self.say(f"namespace {name} left as it is: {why}")
+            with self._lock:
+                self.held.discard(name)
+            return
         empty(self.api, name, lambda run: run == self.run_id, timeout)
         self.claims.release(name)
         with self._lock:

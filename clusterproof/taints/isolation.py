@@ -14,6 +14,7 @@ step came to exist. Here live, each undone at the end (also after Ctrl-C):
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import placement
-from clusterproof.kube.client import delete_if_present, get_if_present, raw_request, server_url
+from clusterproof.kube.client import get_if_present, raw_request, server_url
+from clusterproof.kube.ownership import delete_owned
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import delete_run_pods, list_pods
 from clusterproof.taints import admission as adm
@@ -58,7 +60,7 @@ class Isolation:
     low_value: int | None = None
     error: str | None = None
     placement: dict[str, Counter] = field(default_factory=dict)  # every check's pods, for the summary
-    created_priority_class: bool = False                        # the low-priority class is the run's own
+    created_priority_class: str = ""      # the uid of the low-priority class, if the run made it (else "")
 
     def attach_placement(self, api: client.ApiClient, pool_label: str, namespaces: list[str],
                          team_of: dict[str, str], title: str) -> None:
@@ -77,21 +79,22 @@ class Isolation:
 
 
 def ensure_priority_class(api: client.ApiClient, name: str, value: int, run_id: str,
-                          create: bool) -> tuple[int, bool]:
-    """(value, created): the low-priority class, created by the run if ``create`` and absent."""
+                          create: bool) -> tuple[int, str]:
+    """(value, uid if the run created it else ""): the low-priority class, created by the run if ``create`` and
+    absent. A fixed name two runs may share: it is removed only by the uid its creator saw (``undo``)."""
     pc = get_if_present(api, f"{PRIORITY_CLASSES}/{name}")
     if pc is not None:
-        return int(pc["value"]), False
+        return int(pc["value"]), ""
     if not create:
         raise HarnessError(f"PriorityClass {name!r} (low_priority_class) does not exist on "
                            f"{server_url(api)}: name the class your cluster's borrowing pods use")
-    raw_request(api, "POST", PRIORITY_CLASSES, body={
+    made = json.loads(raw_request(api, "POST", PRIORITY_CLASSES, body={
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": metadata(name, run_id),
         "value": value, "globalDefault": False,
         # A borrower never takes capacity from anyone: it only fills idle nodes.
         "preemptionPolicy": "Never",
-        "description": "clusterproof: low-priority pods that borrow idle team nodes"}).data
-    return value, True
+        "description": "clusterproof: low-priority pods that borrow idle team nodes"}).data)
+    return value, made["metadata"]["uid"]
 
 
 def check_named_namespace(api: client.ApiClient, rules: adm.TeamRules, team: str, ns: str) -> None:
@@ -178,8 +181,8 @@ def undo(api, iso: Isolation, profile, namespaces, run_id: str | None = None) ->
     finally:
         if iso.admission is not None:
             iso.admission.remove(api)
-        if iso.created_priority_class:
-            delete_if_present(api, f"{PRIORITY_CLASSES}/{profile.low_priority_class}")
+        if iso.created_priority_class:   # another run's class of the same name, made since, is not this run's
+            delete_owned(api, f"{PRIORITY_CLASSES}/{profile.low_priority_class}", iso.created_priority_class)
 
 
 def remove_and_settle(api, iso: Isolation, run_id: str, profile, namespaces) -> None:
