@@ -141,11 +141,16 @@ def kept_from_other_sweeps(directory: Path):
     runs, then give it back to the run's own record. Why: every run that starts on this machine sweeps what
     dead runs left -- the self-tests' other parallel workers start runs all the time -- so a run this test
     kills on purpose would be swept by whichever starts next, before the test's own sweep could show that
-    it is a sweep that removes it. Enter it while the run is alive; leave it right before that sweep."""
+    it is a sweep that removes it. Enter it while the run is alive; leave it right before that sweep.
+
+    An embedded cluster's watchdog (clusterproof.cluster.watchdog) would delete it the moment its run dies:
+    it is stopped here, as if killed with the run, so the sweep is the one that removes it."""
+    from clusterproof.cluster import watchdog
     from clusterproof.core.processes import OWNER_FILE, claim_directory
     owner = directory / OWNER_FILE
     record = owner.read_text()
     claim_directory(directory)       # an existing directory is claimed in place, its record replaced whole
+    watchdog.stop(directory)
     try:
         yield
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,20 +20,21 @@ import psutil
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain
+from clusterproof.cluster import toolchain, watchdog
 from clusterproof.cluster.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import clear_pid_files, owner_alive, this_host
 from clusterproof.core.waiting import wait_for
 from clusterproof.preflight import run as preflight
 from clusterproof.prometheus.server import runs_root, sweep_runs
-from tests.harness import ROOT, kept_from_other_sweeps
+from tests.harness import ROOT, kept_from_other_sweeps, private_cache
 
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_cluster_scale.py"
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller (the
 # scale suite schedules no gangs: no Coscheduling components).
 COMPONENTS = 5
+WATCHDOG_BOUND_S = 60     # a bound, not a figure (the test prints what it took)
 
 
 @pytest.fixture
@@ -41,13 +43,24 @@ def running_run(tmp_path):
 
     Whatever the test does to the run, the process and cluster are gone afterwards.
     """
+    yield from _running_run(tmp_path)
+
+
+@pytest.fixture
+def running_run_own_cache(tmp_path):
+    """``running_run`` with a cache of its own (``private_cache``): no run of another parallel worker
+    sweeps its cluster, so whatever removes it after a SIGKILL is the cluster's own watchdog."""
+    yield from _running_run(tmp_path, private_cache(tmp_path))
+
+
+def _running_run(tmp_path: Path, cache: Path | None = None):
     run_id = f"cleanup-{os.urandom(2).hex()}"
-    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
+    kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40, **({"root": cache / "kwok"} if cache else {}))
     cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q",
            "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}",
            f"--cp-output-dir={tmp_path / 'out'}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **({"CLUSTERPROOF_CACHE": str(cache)} if cache else {})})
 
     def pids():
         if proc.poll() is not None:
@@ -61,6 +74,12 @@ def running_run(tmp_path):
         if proc.poll() is None:
             proc.kill()
         kc.delete()
+
+
+def _naming(directory: Path) -> list[str]:
+    """Processes with ``directory`` on their command line (a component, or the kwokctl that starts them)."""
+    return [f"{p.info['name']} ({p.pid})" for p in psutil.process_iter(["cmdline", "name", "status"])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(str(directory) in a for a in p.info["cmdline"] or [])]
 
 
 def _alive(pids: dict[str, int]) -> list[str]:
@@ -80,8 +99,11 @@ def test_interrupted_run_leaves_no_cluster_and_no_process(sig, running_run):
 
 
 def test_killed_run_is_swept_by_the_next_run(running_run):
+    """The run and its watchdog SIGKILLed (``kept_from_other_sweeps`` stops the watchdog): the cluster stays
+    up -- the negative control of the watchdog test below -- until the next run's sweep removes it."""
     kc, proc, pids = running_run
     with kept_from_other_sweeps(kc.directory):
+        assert watchdog.running(kc.directory) is None, "the cluster's watchdog still runs"
         proc.kill()  # SIGKILL: no teardown can run
         proc.wait(timeout=30)
         assert kc.directory.exists() and _alive(pids), "SIGKILL should have left the cluster running"
@@ -89,6 +111,80 @@ def test_killed_run_is_swept_by_the_next_run(running_run):
     assert not kc.directory.exists()
     wait_for(lambda: _alive(pids), until=lambda a: not a, timeout=30, interval=0.5,
              what="every control-plane process of the killed run gone after the sweep")
+
+
+def test_a_killed_runs_cluster_is_deleted_by_its_watchdog_within_seconds(running_run_own_cache):
+    """SIGKILL: no teardown runs, and no later run is needed -- the cluster's watchdog (its own session, not a
+    child of the run) sees the run die and deletes the control plane as the sweeper would, and says so in
+    its log."""
+    kc, proc, pids = running_run_own_cache
+    dog = watchdog.running(kc.directory)
+    assert dog is not None and dog["owner"] == proc.pid, f"no watchdog watching run pid {proc.pid}: {dog}"
+    p = psutil.Process(dog["pid"])
+    assert p.ppid() != proc.pid and os.getsid(p.pid) not in (os.getsid(proc.pid), os.getsid(0)), \
+        "the watchdog is the run's child or in its session: a kill of the run's group would take it too"
+    proc.kill()
+    proc.wait(timeout=30)
+    t0 = time.monotonic()
+    wait_for(lambda: [*_alive(pids), *_naming(kc.directory), *(["directory"] if kc.directory.exists() else []),
+                      *(["watchdog"] if psutil.pid_exists(dog["pid"]) else [])],
+             until=lambda left: not left, timeout=WATCHDOG_BOUND_S, interval=0.2,
+             what=f"the killed run's control plane, kwokctl, directory {kc.directory} and watchdog gone")
+    print(f"SIGKILL -> control plane and directory gone in {time.monotonic() - t0:.1f} s")
+    log = (toolchain.cache_root() / "logs" / watchdog.LOG).read_text().splitlines()
+    said = [ln.split(f"{kc.name}: ", 1)[1] for ln in log if f"watchdog[{dog['pid']}] {kc.name}: " in ln]
+    assert len(said) >= 2 and said[-2] == f"run pid {proc.pid} ended without removing it: sweeping" \
+        and said[-1].startswith(f"deleted {kc.name} ("), f"the watchdog's log says: {said}"
+
+
+OWNER = ("import sys, time; from pathlib import Path; from clusterproof.cluster.kwok import KwokCluster; "
+         "KwokCluster(sys.argv[1], 1, 40, root=Path(sys.argv[2])).prepare(); print('ready', flush=True); "
+         "time.sleep(600)")
+
+
+def _owner_run(kc: KwokCluster) -> subprocess.Popen:
+    """A stand-in run that claims ``kc``'s directory as a run does (``prepare``: its watchdog starts)."""
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, kc.name, str(kc.root)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "ready", "the stand-in run did not claim the cluster"
+    return proc
+
+
+@pytest.mark.parametrize("case", ["killed", "kept", "removed-by-its-run"])
+def test_the_watchdog_deletes_only_what_the_sweeper_would(case, fake_cluster_dir):
+    """The watchdog of a killed run kills only the cluster's own processes (the stale-pid-file directory above);
+    it leaves a cluster kept with --keep-cluster; it exits without a word more once its run has removed the
+    cluster itself."""
+    kc, procs = fake_cluster_dir
+    run = _owner_run(kc)
+    dog = watchdog.running(kc.directory)
+    try:
+        assert dog is not None, "no watchdog started with the claim"
+        if case == "removed-by-its-run":
+            shutil.move(kc.directory, kc.directory.with_name(kc.name + "-aside"))   # as rmtree, but kept to look
+        if case == "kept":
+            (kc.directory / "keep").touch()
+        run.kill()
+        run.wait(timeout=30)
+        wait_for(lambda: psutil.pid_exists(dog["pid"]), until=lambda alive: not alive, timeout=WATCHDOG_BOUND_S,
+                 interval=0.2, what=f"the watchdog (pid {dog['pid']}) done")
+        if case == "killed":
+            _own_killed_and_no_other(kc, procs)
+        else:
+            assert all(p.poll() is None for p in procs.values()), "a process of a kept or removed cluster was killed"
+            assert kc.directory.exists() == (case == "kept")
+    finally:
+        if run.poll() is None:
+            run.kill()
+        aside = kc.directory.with_name(kc.name + "-aside")
+        if aside.exists():
+            shutil.move(aside, kc.directory)
+        (kc.directory / "keep").unlink(missing_ok=True)
+    log = (toolchain.cache_root() / "logs" / watchdog.LOG).read_text()
+    last = [ln for ln in log.splitlines() if f"watchdog[{dog['pid']}] {kc.name}: " in ln][-1]
+    expected = {"killed": f"deleted {kc.name}", "kept": "kept on purpose (--keep-cluster): left running",
+                "removed-by-its-run": "removed by its run: done"}[case]
+    assert expected in last, f"the watchdog's last line: {last}"
 
 
 def test_a_second_interrupt_during_teardown_does_not_abort_it(running_run):

@@ -271,20 +271,24 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 
 SLO_SUITES = ["suites/test_api_overload.py", "suites/test_burst_pod_creation.py", "suites/test_cluster_scale.py"]
 BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in SLO_SUITES], "--cp-profile", "smoke"]
-SELF = ["-m", "pytest", "tests", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile", "--no-loadscope-reorder"]
+HOST_STATE = "tests/test_host_state.py"
+SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile",
+        "--no-loadscope-reorder"]
 
 
 @pytest.mark.parametrize("failing,code,steps", [
-    (None, 0, 5),
+    (None, 0, 6),
     ("clusterproof.prometheus.history", 8, 1),
-    ("pytest tests", 4, 3),
+    ("pytest tests --ignore", 4, 3),
     ("pytest suites --ignore", 1, 3),
-    ("pytest suites/test_api_overload.py", 1, 4),
-    ("test_cluster_scale.py --cp-profile nightly", 7, 5),
+    (f"pytest {HOST_STATE}", 1, 4),
+    ("pytest suites/test_api_overload.py", 1, 5),
+    ("test_cluster_scale.py --cp-profile nightly", 7, 6),
 ])
 def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code, steps):
     """The history; the suites without a latency SLO beside the self-tests (started together: either may
-    log first); the suites with one alone on smoke; the 7,500-node bring-up check."""
+    log first); the host-state self-test alone (it compares the machine's global state); the suites with a
+    latency SLO alone on smoke; the 7,500-node bring-up check."""
     repo = _fake_repo(tmp_path, {failing: code} if failing else {})
     bin_dir = _stub_make(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("CLUSTERPROOF_TEST_WORKERS", "CLUSTERPROOF_OUTPUT_DIR")}
@@ -297,6 +301,7 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
         calls[1:3] = sorted(calls[1:3])
     assert calls == [
         ["-m", "clusterproof.prometheus.history", "--profile", "smoke"], *sorted([BESIDE, SELF]),
+        ["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
         ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
     if steps > 1:

@@ -10,7 +10,11 @@ it off, so it is never passed.
 Clusters live under ``$CLUSTERPROOF_CACHE/kwok`` (KWOK_WORKDIR) and are named
 ``cp-<run id>``; an owner file (host, pid *and* start time of the run's
 process) lets a later run on this machine sweep clusters whose run died (a
-cluster recorded on another host is left alone, and said so). Extra
+cluster recorded on another host is left alone, and said so). The cluster's
+watchdog (``clusterproof.cluster.watchdog``) applies the same rules within
+seconds of its run's death, so a killed run's control plane and real nodes do
+not wait for that later run. Every component listens on loopback only
+(``BIND_ADDRESS``). Extra
 components (the Coscheduling scheduler and controller) are declared in the
 cluster's KwokctlConfiguration, so kwokctl starts, logs and stops them with
 the control plane.
@@ -24,6 +28,7 @@ start time checked) and removes every pid file before kwokctl runs.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -37,7 +42,7 @@ from typing import Callable
 import urllib3
 import yaml
 
-from clusterproof.cluster import identities, realnodes, toolchain
+from clusterproof.cluster import identities, realnodes, toolchain, watchdog
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
@@ -47,6 +52,7 @@ from clusterproof.core.processes import (
     clear_pid_files,
     elsewhere_note,
     kill_owned,
+    kill_started_from,
     last_words,
     owned_process,
     owner_alive,
@@ -55,6 +61,10 @@ from clusterproof.core.processes import (
 from clusterproof.kube import access
 
 NAME_PREFIX = "cp-"
+# Where every component listens (KwokctlConfiguration ``options.bindAddress``, which kwokctl v0.8.0 gives etcd's
+# --listen-client-urls and every component's --bind-address; its default is 0.0.0.0). etcd serves plain HTTP
+# with no client certificate: on any other interface, anyone who reaches this machine could write to it.
+BIND_ADDRESS = "127.0.0.1"
 # The cluster's ports (KwokctlConfiguration options), each taken from the OS's free ports.
 PORTS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kwokControllerPort", "kubeControllerManagerPort",
          "kubeSchedulerPort")
@@ -279,8 +289,8 @@ class KwokCluster:
         return path
 
     def _write_kwok_config(self, patches: list[dict] = (), ports: dict | None = None) -> Path:
-        """The extra components (KwokctlConfiguration) and the kwok controller's worker counts
-        (a KwokConfiguration kwokctl passes on).
+        """The extra components, ports and loopback bind address (KwokctlConfiguration) and the kwok
+        controller's worker counts (a KwokConfiguration kwokctl passes on).
 
         Each real kubelet works for its own node; kwok simulates all of them
         with a few workers (default 4), which alone caps bring-up at ~45
@@ -291,18 +301,19 @@ class KwokCluster:
         docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
                  "options": {"nodePlayStageParallelism": n, "nodeLeaseParallelism": n,
                              "podPlayStageParallelism": n}}]
-        if self.components or patches or ports:
-            docs.insert(0, {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
-                            **({"options": dict(ports)} if ports else {}),
-                            **({"components": self.components} if self.components else {}),
-                            **({"componentsPatches": list(patches)} if patches else {})})
+        docs.insert(0, {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+                        "options": {"bindAddress": BIND_ADDRESS, **(ports or {})},
+                        **({"components": self.components} if self.components else {}),
+                        **({"componentsPatches": list(patches)} if patches else {})})
         path.write_text(yaml.safe_dump_all(docs))
         return path
 
     def prepare(self) -> None:
         """Create the cluster's directory and claim it for this process (before anything runs in it;
-        ``claim_directory``: a concurrent sweep never finds it unclaimed)."""
+        ``claim_directory``: a concurrent sweep never finds it unclaimed), and start its watchdog, which
+        deletes it within seconds if this process dies without doing so (``clusterproof.cluster.watchdog``)."""
         claim_directory(self.directory)
+        watchdog.start(self.directory, self.root.parent)
 
     def delete(self) -> None:
         """Stop every component and remove the cluster's files; safe to call twice.
@@ -310,13 +321,27 @@ class KwokCluster:
         The cluster's own processes are killed here, identity checked, and every pid file is
         removed before kwokctl runs (module doc): kwokctl then only drops the context from the
         private kubeconfig and removes the directory, and signals nothing.
+
+        One delete at a time (an exclusive ``flock`` on the directory itself): a killed run's watchdog
+        and the sweep of a run starting that moment must not tear down the same real node together.
         """
-        if not self.directory.exists():
+        try:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
             return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self.directory.exists():   # not deleted by whoever held the lock
+                self._delete()
+        finally:
+            os.close(fd)
+
+    def _delete(self) -> None:
         host = owner_elsewhere(_owner(self.directory))
         if host:
             # Its pid files name processes of that host: nothing here may act on them.
             raise HarnessError(f"cluster {self.name}: {elsewhere_note('it', host)}")
+        kill_started_from(self.directory, tools=("kwokctl",))   # kwokctl first: it may be starting components
         kill_owned(self.directory)
         left = realnodes.teardown(self.directory)
         if left:   # never rmtree a directory that may still hold a mount of something else
@@ -332,7 +357,8 @@ class KwokCluster:
         """The ports ``start`` gave the components (``PORTS``; empty before it wrote them)."""
         try:
             docs = yaml.safe_load_all((self.directory / "clusterproof-kwokctl.yaml").read_text())
-            return next((d.get("options") or {} for d in docs if d.get("kind") == "KwokctlConfiguration"), {})
+            options = next((d.get("options") or {} for d in docs if d.get("kind") == "KwokctlConfiguration"), {})
+            return {k: v for k, v in options.items() if k in PORTS}
         except (OSError, yaml.YAMLError):
             return {}
 
@@ -393,25 +419,57 @@ def sweep_clusters(keep: str | None = None, say: Callable[[str], None] | None = 
     for d in sorted(root.iterdir()):
         if not d.is_dir() or not d.name.startswith(NAME_PREFIX) or d.name == keep:
             continue
-        owner = _owner(d)
-        host = owner_elsewhere(owner)
-        if host:
-            (say or progress.say)(f"sweep: {elsewhere_note(f'embedded cluster {d.name}', host)}")
-            continue
-        if (d / "keep").exists() or owner_alive(owner):
-            continue
-        KwokCluster(d.name, 1, 40).delete()
-        swept.append(d.name)
+        why = still_wanted(d)
+        if why is None:
+            KwokCluster(d.name, 1, 40).delete()
+            swept.append(d.name)
+        elif owner_elsewhere(_owner(d)):
+            (say or progress.say)(f"sweep: {why}")
     return swept
+
+
+def still_wanted(d: Path) -> str | None:
+    """Why the sweeper leaves the cluster in ``d`` alone (one sentence), or None: its run is gone, delete it."""
+    owner = _owner(d)
+    host = owner_elsewhere(owner)
+    if host:
+        return elsewhere_note(f"embedded cluster {d.name}", host)
+    if (d / "keep").exists():
+        return f"kept {d.name}: kept on purpose (--keep-cluster)"
+    if owner_alive(owner):
+        return f"kept {d.name}: its run (pid {owner.get('pid')}) is still going"
+    return None
+
+
+def sweep_one(name: str) -> str:
+    """``--sweep NAME`` (what a cluster's watchdog runs when its run has died): the sweeper's rules and delete
+    for that one cluster; one line saying what was done."""
+    d = workdir() / "clusters" / name
+    if not name.startswith(NAME_PREFIX) or not d.is_dir():
+        return f"no embedded cluster {name}: nothing to do"
+    why = still_wanted(d)
+    if why is not None:
+        return why
+    KwokCluster(name, 1, 40).delete()
+    return f"deleted {name}"
 
 
 def main(argv: list[str]) -> int:
     """``python -m clusterproof.cluster.kwok --sweep-all``: delete every clusterproof embedded
     cluster on this machine, including ones kept with --keep-cluster, except
     those whose run is still going (its process alive on this host) and those
-    whose run was recorded on another host (said so, one line each)."""
+    whose run was recorded on another host (said so, one line each).
+
+    ``--sweep NAME``: only that cluster, and only if the sweeper would delete it (``sweep_one``)."""
+    if len(argv) == 2 and argv[0] == "--sweep":
+        try:
+            print(sweep_one(argv[1]))
+        except HarnessError as e:
+            print(f"clusterproof: {e}", file=sys.stderr)
+            return exitcodes.CHECK_FAILED
+        return exitcodes.OK
     if argv != ["--sweep-all"]:
-        print("clusterproof: usage: python -m clusterproof.cluster.kwok --sweep-all", file=sys.stderr)
+        print("clusterproof: usage: python -m clusterproof.cluster.kwok --sweep-all | --sweep NAME", file=sys.stderr)
         return exitcodes.USAGE
     root = workdir() / "clusters"
     names = [d.name for d in root.iterdir() if d.name.startswith(NAME_PREFIX)] if root.exists() else []

@@ -14,6 +14,7 @@ joined, who finished and who was lost.
 from __future__ import annotations
 
 import csv
+import ipaddress
 import json
 import os
 import subprocess
@@ -58,11 +59,12 @@ class Master:
 
     ``names``: the names the workers give (``clusterproof load-worker --name``), for the one line
     that names the missing ones; empty: any ``workers`` workers. ``bind``/``port``: where it listens
-    (``*`` every address). ``wait_s``: how long it waits for all of them before it gives up.
+    (loopback unless the run names an address its workers reach: ``*`` every address; the run says so,
+    ``listens_beyond_loopback``). ``wait_s``: how long it waits for all of them before it gives up.
     """
     workers: int
     names: tuple[str, ...] = ()
-    bind: str = "*"
+    bind: str = "127.0.0.1"
     port: int = 5557
     wait_s: float = 120.0
 
@@ -73,6 +75,17 @@ class Master:
             return None
         return cls(workers, tuple(names), profile.load_master_bind, profile.load_master_port,
                    profile.load_workers_wait_s)
+
+    def listens_beyond_loopback(self) -> str | None:
+        """The line a run says when its master is reachable from other hosts (an explicit opt-in, profile key
+        ``load_master_bind``: the workers receive the run's token over locust's unauthenticated port)."""
+        try:
+            if ipaddress.ip_address(self.bind).is_loopback:
+                return None
+        except ValueError:   # "*", or a host name
+            pass
+        return (f"locust master listens on {self.bind}:{self.port} for {self.workers} remote worker(s) "
+                "(load_master_bind): reachable from beyond this machine for this load")
 
     def args(self, csv_prefix: Path) -> list[str]:
         return ["--master", "--master-bind-host", self.bind, "--master-bind-port", str(self.port),
@@ -192,6 +205,9 @@ def run_locust(locustfile: str, host: str, users: int, args: list[str], csv_pref
            "--loglevel", "WARNING", "--exit-code-on-error", "0", *args]
     if master is not None:
         cmd += master.args(csv_prefix)
+        wide = master.listens_beyond_loopback()
+        if wide:
+            progress.say(wide)
         Path(f"{csv_prefix}_workers.json").unlink(missing_ok=True)
     elif processes > 1:
         # The forked workers reach their master on loopback, at a port of its own: never on every
