@@ -206,6 +206,8 @@ def test_checker_image_matches_the_dockerfile(built):
     assert labels["clusterproof.nvidia-ml-py"] == images.nvidia_ml_py_pin()
     assert labels["clusterproof.debootstrap"] == images.debootstrap_version()
     assert labels["clusterproof.debian.release-date"] and labels["clusterproof.debian.suite"] == "bookworm"
+    assert labels["clusterproof.debian.verified"].startswith(
+        f"debootstrap --force-check-gpg --keyring={images.KEYRING}: Release signed by "), labels
     assert labels["clusterproof.python3"].startswith("3.11")
     app_members = _members(app)
     assert app_members["usr/local/bin/python"].issym()

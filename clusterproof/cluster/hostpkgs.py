@@ -11,7 +11,10 @@ archive. The versions are pinned here, the one place that installs them
 run checks them before it starts a real node: a different version installed
 is one line, not a surprise.
 
-debootstrap builds the GPU checker image's Debian root (``clusterproof.cluster.images``).
+debootstrap builds the GPU checker image's Debian root (``clusterproof.cluster.images``), and checks
+what it downloads against debian-archive-keyring's keys (``--force-check-gpg``): debootstrap only
+recommends the keyring, and ``--no-install-recommends`` would leave it out, so it is pinned here too.
+apt itself checks each of these packages against the keyring already installed (apt depends on it).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ PACKAGES = {
     "runc": "1.1.5+ds1-1+deb12u1",
     "containernetworking-plugins": "1.1.1+ds1-3+b5",
     "debootstrap": "1.0.128+nmu2+deb12u2",
+    "debian-archive-keyring": "2023.3+deb12u2",
 }
 BINARIES = {"containerd": "/usr/bin/containerd", "containerd-shim-runc-v2": "/usr/bin/containerd-shim-runc-v2",
             "ctr": "/usr/bin/ctr", "runc": "/usr/sbin/runc"}

@@ -49,6 +49,14 @@ That last step is from containerd's source, not exercised here (no CRI client
 on this machine). The tag and ``Built.image_id`` (the config digest, which CRI
 also accepts as a reference) work as well.
 
+Verified sources: debootstrap runs with ``--force-check-gpg`` and the Debian archive keyring named
+(``--keyring``): it checks the Release file's signature, the package indices against the Release's
+hashes and each package against the indices', or stops. A host without the keyring gets one line
+naming the package to install (``require_keyring``), never debootstrap's warning and an unchecked
+build. The mirror is https as well (no one on the way can serve an older, still validly signed,
+Release). A cached archive or base layer is imported or reused only if no other user could have
+replaced it (``toolchain.trusted``).
+
 Reproducibility: the app and pause layers are byte-reproducible (fixed
 mtimes/owners); the Debian base is not (debootstrap writes build-time files),
 so the checker's tag and digest belong to one base build: build once and ship
@@ -64,6 +72,7 @@ import importlib.metadata
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,7 +97,11 @@ PREFLIGHT_FILES = ("__init__.py", "__main__.py", "checker.py", "xids.py")
 RECIPE = "1"
 REGISTRY = "clusterproof.local"
 SUITE = "bookworm"            # Debian 12: python3 is 3.11, as python:3.11-slim
-MIRROR = "http://deb.debian.org/debian"
+MIRROR = "https://deb.debian.org/debian"
+# The keys debootstrap checks the Release signature with (package debian-archive-keyring, pinned in
+# clusterproof.cluster.hostpkgs). Named explicitly: debootstrap's own default is found by its suite script.
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+KEYRING_PACKAGE = "debian-archive-keyring"
 NVML_DIR = "/usr/lib/x86_64-linux-gnu"   # where the node's libnvidia-ml.so.1 is mounted
 SITE_DIR = "usr/lib/python3/dist-packages"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -154,6 +167,11 @@ def images_root() -> Path:
     return toolchain.cache_root() / "images"
 
 
+def _images_dir() -> Path:
+    """``images_root()``, created (0755 at most) under a cache root that is ``toolchain.trusted``."""
+    return toolchain.cache_dir("images")
+
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -207,7 +225,7 @@ def _remove_tree(path: Path) -> None:
 
 def _lock():
     """One build at a time per cache (two test sessions must not both debootstrap)."""
-    return filelock.held(images_root() / ".lock")
+    return filelock.held(_images_dir() / ".lock")
 
 
 def _tarinfo(name: str, *, type_=tarfile.REGTYPE, mode=0o644, size=0, linkname="") -> tarfile.TarInfo:
@@ -304,7 +322,7 @@ def _write_archive(name: str, key: str, layer_tars: list[Path], config: dict, cr
             {"name": name, "ref": ref, "config_digest": built.config_digest,
              "manifest_digest": built.manifest_digest, "size": built.size, "diff_ids": diff_ids,
              "labels": labels, "key": key}, indent=1))
-        staging.chmod(0o755)
+        toolchain.seal(staging)
         _remove_tree(out)
         staging.rename(out)
     finally:
@@ -321,13 +339,14 @@ def _cached(name: str, key: str) -> Built | None:
             return None
     except (OSError, ValueError, KeyError):
         return None
-    return Built(name, meta["ref"], d / "image.tar", meta["config_digest"], meta["manifest_digest"],
+    toolchain.trusted(d / "built.json")
+    return Built(name, meta["ref"], toolchain.trusted(d / "image.tar"), meta["config_digest"], meta["manifest_digest"],
                  meta["size"], tuple(meta["diff_ids"]), meta["labels"], cached=True)
 
 
 def _logs() -> Path:
-    d = images_root() / "logs"
-    d.mkdir(parents=True, exist_ok=True)
+    d = _images_dir() / "logs"
+    d.mkdir(mode=0o755, exist_ok=True)
     return d
 
 
@@ -390,9 +409,38 @@ def debootstrap_version() -> str:
     return out.strip().split()[-1]
 
 
+def require_keyring(keyring: Path = KEYRING) -> Path:
+    """The Debian archive keyring, or one line saying what to install: without it debootstrap cannot check
+    what it downloads (and by default would only warn, then install it unchecked)."""
+    if not keyring.is_file():
+        raise HarnessError(f"no Debian archive keyring at {keyring}, which debootstrap checks the packages of "
+                           f"the checker image with: apt-get install {KEYRING_PACKAGE} (as root; or `make setup`)")
+    _need("gpgv", "apt-get install gpgv (debootstrap checks the Debian Release signature with it)")
+    return keyring
+
+
+def debootstrap_command(rootfs: Path, keyring: Path = KEYRING) -> list[str]:
+    """The bootstrap of the checker's Debian base: signatures checked with ``keyring`` or no build at all
+    (``--force-check-gpg``: without it a missing keyring is a warning and the packages go unchecked)."""
+    return ["debootstrap", "--force-check-gpg", f"--keyring={keyring}", "--variant=minbase", "--include=python3",
+            SUITE, str(rootfs), MIRROR]
+
+
+def release_signature(output: str, log: Path | None = None) -> str:
+    """The key that signed the Release file, from debootstrap's output ("I: Valid Release signature (key id
+    <fingerprint>)"): the proof that the check ran, not only that it was asked for. None there: one line."""
+    m = re.search(r"^I: Valid Release signature \(key id ([0-9A-F]+)\)", output, flags=re.M)
+    if m is None:
+        where = f" (log: {log})" if log else ""
+        raise HarnessError(f"debootstrap reported no valid Release signature{where}: the Debian base is not "
+                           "used unchecked; see debootstrap's lines about the signature")
+    return m[1]
+
+
 def _base_inputs() -> dict:
+    # "keyring" (and the https mirror): a base cached before its signatures were checked is never reused.
     return {"recipe": RECIPE, "suite": SUITE, "mirror": MIRROR, "variant": "minbase", "include": "python3",
-            "debootstrap": debootstrap_version()}
+            "debootstrap": debootstrap_version(), "keyring": str(KEYRING)}
 
 
 # Removed from the Debian base: caches, package lists, docs (copyright files stay), man pages,
@@ -482,19 +530,22 @@ def _ensure_base(progress) -> dict:
     try:
         meta = json.loads((out / "base.json").read_text())
         if (out / "layer.tar").stat().st_size == meta["size"]:
+            toolchain.trusted(out / "base.json")
+            toolchain.trusted(out / "layer.tar")
             return meta
     except (OSError, ValueError, KeyError):
         pass
     log = _logs() / f"base-{SUITE}-{key[:12]}.log"
     log.write_text("")
-    progress(f"bootstrapping Debian {SUITE} (minbase + python3) from {MIRROR} for the checker image "
-             f"(first run only; log: {log})")
+    progress(f"bootstrapping Debian {SUITE} (minbase + python3) from {MIRROR} for the checker image, "
+             f"signatures checked with {KEYRING} (first run only; log: {log})")
     staging = Path(tempfile.mkdtemp(prefix=".base-", dir=images_root()))
     try:
         rootfs = staging / "rootfs"
-        _run(["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(rootfs), MIRROR], log,
-             f"debootstrap {SUITE}", f"check that {MIRROR} is reachable (see the log)",
-             env={**os.environ, "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"})
+        said = _run(debootstrap_command(rootfs, require_keyring()), log,
+                    f"debootstrap {SUITE}", f"check that {MIRROR} is reachable and its signatures valid (see the log)",
+                    env={**os.environ, "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"})
+        signed_by = release_signature(said, log)
         unmount_under(rootfs)
         release = _release_info(rootfs)
         packages = _packages(rootfs, log)
@@ -506,10 +557,10 @@ def _ensure_base(progress) -> dict:
         _write_layer_from_tree(rootfs, layer, skip_contents=_EMPTY_DIRS)
         shutil.rmtree(rootfs)
         meta = {"key": key, "inputs": inputs, "diff_id": _sha256_file(layer), "size": layer.stat().st_size,
-                "release": release, "python3": packages["python3"], "packages": packages,
+                "release": release, "signed_by": signed_by, "python3": packages["python3"], "packages": packages,
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staging / "base.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-        staging.chmod(0o755)
+        toolchain.seal(staging)
         _remove_tree(out)
         staging.rename(out)
     finally:
@@ -533,6 +584,7 @@ def _checker_inputs(base: dict) -> dict:
 def _checker_preconditions() -> None:
     _need_root("building the checker image")
     debootstrap_version()
+    require_keyring()
     _need("gcc", "apt-get install gcc (a stand-in libnvidia-ml.so.1 verifies the image's loader)")
 
 
@@ -583,6 +635,8 @@ def _build_checker(key: str, inputs: dict, base: dict, progress) -> Built:
             "clusterproof.debootstrap": base["inputs"]["debootstrap"],
             "clusterproof.debian.suite": SUITE,
             "clusterproof.debian.mirror": MIRROR,
+            "clusterproof.debian.verified": f"debootstrap --force-check-gpg --keyring={KEYRING}: Release signed "
+                                            f"by {base['signed_by']}",
             # deb.debian.org is no snapshot archive: the Release file's date identifies the package set.
             "clusterproof.debian.release": release.get("Version", ""),
             "clusterproof.debian.release-date": date,
@@ -597,7 +651,8 @@ def _build_checker(key: str, inputs: dict, base: dict, progress) -> Built:
         config = {"Cmd": ["python", "-m", "preflight", "check"], "WorkingDir": "/app",
                   "Env": [PATH_ENV, "LANG=C.UTF-8", "PYTHONPATH=/app", "NVIDIA_VISIBLE_DEVICES=all",
                           "NVIDIA_DRIVER_CAPABILITIES=utility"]}
-        history = [f"debootstrap --variant=minbase --include=python3 {SUITE} / {MIRROR} "
+        history = [f"debootstrap --force-check-gpg --keyring={KEYRING} --variant=minbase --include=python3 "
+                   f"{SUITE} / {MIRROR} "
                    f"(debootstrap {base['inputs']['debootstrap']}, Release {date}; apt lists, docs stripped)",
                    f"pip install nvidia-ml-py=={pin}; "
                    f"COPY clusterproof/preflight/checker/{{{','.join(PREFLIGHT_FILES)}}} /app/preflight/; "
@@ -650,11 +705,12 @@ def import_into(built: Built, containerd_address: str, namespace: str = "k8s.io"
     """Import ``built`` into the containerd at ``containerd_address`` (namespace ``k8s.io``: the one
     CRI, hence the kubelet, sees), unpacked for ``snapshotter`` so the first pod starts without
     unpacking; returns (tag, digest ref), both verified to resolve to the predicted manifest."""
+    if not built.tar.is_file():
+        raise HarnessError(f"{built.tar} is gone: build the image again (python -m clusterproof.cluster.images)")
+    toolchain.trusted(built.tar)   # what containerd then runs, as root
     _need("ctr", "apt-get install containerd (ctr imports the image archives)")
     if not Path(containerd_address).is_socket():
         raise HarnessError(f"no containerd socket at {containerd_address}: start containerd or pass its address")
-    if not built.tar.is_file():
-        raise HarnessError(f"{built.tar} is gone: build the image again (python -m clusterproof.cluster.images)")
     _ctr(containerd_address, namespace, "images", "import", "--base-name", built.repository, "--digests",
          "--snapshotter", snapshotter, str(built.tar))
     records = image_records(containerd_address, namespace)

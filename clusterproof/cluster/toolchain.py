@@ -12,6 +12,10 @@ The version-skew policy lets a scheduler be one minor older than the
 apiserver, so the control plane is Kubernetes 1.35 -- the newest minor that
 all components support together.
 
+Trust (docs/toolchain.md#trust): what is cached here runs as root, so ``trusted`` refuses, in one line,
+a binary that another user could have replaced -- one they own or can write, or a directory on the way to
+it -- and the Go module downloads are checked against the checksum database (``go_binary``).
+
 Run ``python -m clusterproof.cluster.toolchain`` to build (or verify) everything.
 """
 from __future__ import annotations
@@ -19,8 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -68,6 +74,94 @@ def cache_root() -> Path:
     return Path(os.environ.get("CLUSTERPROOF_CACHE", Path.home() / ".cache" / "clusterproof"))
 
 
+# ---------------------------------------------------------------- trust in the cache
+
+def _who(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def untrusted(path: Path, root: Path, uid: int | None = None) -> str | None:
+    """Why ``path`` (a cached binary or image under the cache ``root``) must not be run, or None.
+
+    The harness runs what it cached as root (the real nodes' kubelet and images) or as itself, so whoever can
+    replace the file, or rename a directory on the way to it, could run their program as us. Every entry from
+    ``path`` up to ``/`` must therefore belong to root or to ``uid`` (default: us) and be writable by neither
+    its group nor others. A symbolic link is judged by its owner (its mode means nothing), and the path it
+    leads to is walked as well. Missing entries are skipped: nothing is there to run."""
+    uid = os.geteuid() if uid is None else uid
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    real_root = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(path))
+    for entry in dict.fromkeys([path, *path.parents, real, *real.parents]):
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        where = f"{entry} (owner {_who(st.st_uid)}, mode {mode:04o})"
+        us = "root" if uid == 0 else f"root or {_who(uid)}"
+        could = f"could replace {path}, which the harness runs as {_who(uid)}"
+        fix = f"or set CLUSTERPROOF_CACHE to a directory that only {us} can write, and every one above it"
+        if st.st_uid not in (0, uid):
+            return f"{where} belongs to another user, who {could}: give it to {us} (chown), {fix}"
+        if stat.S_ISLNK(st.st_mode) or not mode & 0o022:
+            continue
+        # Outside the cache (the directories above it, and where a link in it leads) a writable directory
+        # with the sticky bit is accepted, /tmp's case: there the kernel lets only an entry's owner, the
+        # directory's owner or root rename or remove it (rename(2), unlink(2): EPERM), so another user can
+        # neither move our cache away nor put theirs in its place -- at most take the name first, and then
+        # the cache is theirs, which the owner check above refuses. Not inside the cache: anyone could add
+        # entries there that the harness would find (a component not yet built, a cluster's directory).
+        inside = any(entry == r or r in entry.parents for r in (root, real_root))
+        if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX and not inside:
+            continue
+        who = " and ".join(w for bit, w in ((0o020, "its group"), (0o002, "every user")) if mode & bit)
+        return f"{where} is writable by {who}, who {could}: chmod go-w {entry}, {fix}"
+    return None
+
+
+def trusted(path: Path) -> Path:
+    """``path`` (under the cache) if only root or we could have put it there (``untrusted``); else one line.
+    The gate before anything cached is run or imported: ``Component.path``, ``ensure`` and the images'."""
+    why = untrusted(path, cache_root())
+    if why:
+        raise HarnessError(why)
+    return path
+
+
+def make_cache_root() -> Path:
+    """The cache root, created 0700 if missing, and trusted. 0700: no other user needs to read it (the
+    harness's children run as it or as root; a container gets the mock NVML library through a bind mount
+    that runc makes as root), and the embedded clusters' directories under it hold their CA keys and admin
+    kubeconfigs. An existing 0755 root is accepted (only its owner can write it)."""
+    root = cache_root()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    return trusted(root)
+
+
+def cache_dir(name: str) -> Path:
+    """``cache_root()/name``, created if missing: mode 0755 at most whatever the umask (a group-writable
+    directory there would fail ``trusted``)."""
+    d = make_cache_root() / name
+    d.mkdir(mode=0o755, exist_ok=True)
+    return trusted(d)
+
+
+def seal(directory: Path) -> None:
+    """Before a build's staging directory becomes the cache's: nothing in it writable by group or others
+    (a umask of 002 makes the compilers' outputs so, which ``trusted`` would then refuse)."""
+    for p in [directory, *directory.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(stat.S_IMODE(p.stat().st_mode) & ~0o022 | (0o755 if p.is_dir() else 0))
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
@@ -82,10 +176,17 @@ class Component:
         return cache_root() / "bin" / f"{self.name}-{self.version}{self.build}"
 
     def path(self, binary: str) -> Path:
-        return self.directory / binary
+        """Where ``binary`` is, if only root or we could have put it there (``trusted``): the way to run it."""
+        return trusted(self.directory / binary)
 
     def is_built(self) -> bool:
-        return all(os.access(self.path(b), os.X_OK) for b in self.binaries)
+        return all(os.access(self.directory / b, os.X_OK) for b in self.binaries)
+
+    def verified(self) -> Component:
+        """This component, each of its binaries ``trusted``."""
+        for b in self.binaries:
+            self.path(b)
+        return self
 
 
 KWOK = Component("kwok", KWOK_VERSION, ("kwok", "kwokctl"))
@@ -155,12 +256,37 @@ def go_binary() -> str:
     if go is None:
         raise HarnessError("Go is not installed: install Go >= 1.26 (e.g. from go.dev or "
                            "your distribution) so the control-plane binaries can be built")
-    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
-    m = re.match(r"go(\d+)\.(\d+)", out.strip())
+    out = subprocess.run([go, "env", "-json", "GOVERSION", *UNCHECKED_BY], capture_output=True, text=True).stdout
+    try:
+        goenv = json.loads(out)
+    except ValueError:
+        goenv = {}
+    version = goenv.get("GOVERSION", "")
+    m = re.match(r"go(\d+)\.(\d+)", version)
     if m and (int(m[1]), int(m[2])) < MIN_GO:
-        raise HarnessError(f"{out.strip()} is too old: install Go >= "
+        raise HarnessError(f"{version} is too old: install Go >= "
                            f"{MIN_GO[0]}.{MIN_GO[1]} to build kwok {KWOK_VERSION}")
+    why = unchecked_modules(goenv)
+    if why:
+        raise HarnessError(f"Go would not check every module against the checksum database ({why}), and the "
+                           "binaries built from them run as root: unset it for the build (env -u NAME, or "
+                           "go env -u NAME)")
     return go
+
+
+# The go settings that exempt modules from the checksum database (sum.golang.org), whose signed hashes are
+# what makes a module from the proxy the one its author published (go help module-auth). Any module of the
+# builds (hundreds, dependencies included) could match a pattern, so any value is refused. GOINSECURE only
+# allows plain-HTTP fetches; the checksums are still checked.
+UNCHECKED_BY = ("GOSUMDB", "GONOSUMDB", "GOPRIVATE")
+
+
+def unchecked_modules(goenv: dict[str, str]) -> str | None:
+    """Which of ``go env``'s settings (``UNCHECKED_BY``) would let a module skip the checksum database."""
+    if goenv.get("GOSUMDB", "") == "off":
+        return "GOSUMDB=off"
+    set_ = [f"{k}={goenv[k]}" for k in UNCHECKED_BY[1:] if goenv.get(k)]
+    return ", ".join(set_) or None
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, what: str, **env: str) -> None:
@@ -358,22 +484,20 @@ _BUILDERS = {
 def ensure(component: Component, progress=progress_lines.say) -> Component:
     """Build ``component`` unless its binaries are already cached. One build per component at a time on
     this machine: a second process (the self-tests' parallel workers on a cold cache) waits for the
-    first one's build, under a lock beside the cache, and then finds it built."""
+    first one's build, under a lock beside the cache, and then finds it built. Either way its binaries are
+    ``trusted`` before it is returned."""
     if component.is_built():
-        return component
-    with filelock.held(cache_root() / "bin" / f".{component.name}-{component.version}.lock",
+        return component.verified()
+    with filelock.held(cache_dir("bin") / f".{component.name}-{component.version}.lock",
                        f"waiting for another process's build of {component.name} {component.version}", progress):
         if component.is_built():
-            return component
-        return _build(component, progress)
+            return component.verified()
+        return _build(component, progress).verified()
 
 
 def _build(component: Component, progress) -> Component:
-    (cache_root() / "bin").mkdir(parents=True, exist_ok=True)
     go = go_binary()
-    logs = cache_root() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{component.name}-{component.version}.log"
+    log = cache_dir("logs") / f"{component.name}-{component.version}.log"
     log.write_text("")
     progress(f"building {component.name} {component.version} from Go modules "
              f"(first run only; log: {log})")
@@ -389,7 +513,7 @@ def _build(component: Component, progress) -> Component:
                                f"log: {log}")
         if component.directory.exists():
             shutil.rmtree(component.directory)
-        staging.chmod(0o755)
+        seal(staging)
         staging.rename(component.directory)
     finally:
         if staging.exists():
