@@ -17,8 +17,10 @@ is recorded; any difference fails the check, each named:
   and all of ``/sys/fs/cgroup/*/clusterproof``); ``/var/log/{containers,pods}``;
 - processes the run started that outlive it, and sockets they listen on.
 
-While the run is up, every socket its processes listen on must be on loopback
-(``ss -ltnup``; the ``ss`` lines are in the failure message).
+While the run is up, every socket its processes listen on in this host's network
+namespace -- the one other machines reach -- must be on loopback (``ss -ltnup``;
+the lines are printed, with those of a real node's own network namespace, which
+are shown and not judged).
 
 What a run started is told apart from the rest of the machine by ancestry (the
 run's pytest and its children), by its cluster's directory or name on a command
@@ -108,9 +110,11 @@ def firewall() -> dict[str, set[str]]:
     return out
 
 
-def listeners() -> list[dict]:
-    """Every listening TCP and bound UDP socket of this network namespace, as ``ss -Hltnup`` prints it."""
-    proc = subprocess.run(["ss", "-Hltnup"], capture_output=True, text=True, timeout=30)
+def listeners(netns_of: int | None = None) -> list[dict]:
+    """Every listening TCP and bound UDP socket of this network namespace (or of process ``netns_of``'s), as
+    ``ss -Hltnup`` prints it."""
+    enter = ["nsenter", f"--net=/proc/{netns_of}/ns/net"] if netns_of else []
+    proc = subprocess.run([*enter, "ss", "-Hltnup"], capture_output=True, text=True, timeout=30)
     out = []
     for line in proc.stdout.splitlines():
         parts = line.split()
@@ -120,6 +124,13 @@ def listeners() -> list[dict]:
         out.append({"proto": parts[0], "local": parts[4], "pids": {int(p) for _, p in users},
                     "names": sorted({n for n, _ in users}), "line": " ".join(parts)})
     return out
+
+
+def _netns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
 
 
 def on_loopback(local: str) -> bool:
@@ -191,9 +202,16 @@ class HostState:
         return cls(sysctls(), firewall(), listeners(), links(), mounts(), run_entries(), cgroups(), log_entries())
 
 
-def _set_diff(kind: str, before: set[str], after: set[str]) -> list[str]:
-    return ([f"{kind} {x} appeared" for x in sorted(after - before)]
-            + [f"{kind} {x} went away" for x in sorted(before - after)])
+# A path of an embedded cluster (its directory, its real nodes' cgroups): one naming another cluster is that
+# cluster's run's doing, not this run's (someone ran one beside this module after all).
+CLUSTER_PATH = re.compile(r"(?:/clusterproof/|/kwok/clusters/)(cp-[\w.-]+)")
+
+
+def _set_diff(kind: str, before: set[str], after: set[str], cluster: str) -> list[str]:
+    def ours(x: str) -> bool:
+        return all(m == cluster for m in CLUSTER_PATH.findall(x))
+    return ([f"{kind} {x} appeared" for x in sorted(after - before) if ours(x)]
+            + [f"{kind} {x} went away" for x in sorted(before - after) if ours(x)])
 
 
 def differences(before: HostState, after: HostState, run: RunProcesses) -> list[str]:
@@ -204,7 +222,8 @@ def differences(before: HostState, after: HostState, run: RunProcesses) -> list[
         if a != b:
             out.append(f"sysctl {k} {a if a is not None else '(absent)'} -> {b if b is not None else '(absent)'}")
     for tool in sorted(before.firewall.keys() | after.firewall.keys()):
-        out += _set_diff(f"{tool} rule", before.firewall.get(tool, set()), after.firewall.get(tool, set()))
+        out += _set_diff(f"{tool} rule", before.firewall.get(tool, set()), after.firewall.get(tool, set()),
+                         run.cluster)
     old = {(s["proto"], s["local"]) for s in before.listeners}
     for s in after.listeners:
         if (s["proto"], s["local"]) not in old and (not s["pids"] or s["pids"] & run.pids()):
@@ -214,7 +233,7 @@ def differences(before: HostState, after: HostState, run: RunProcesses) -> list[
     for kind, a, b in (("link", before.links, after.links), ("mount", before.mounts, after.mounts),
                        ("/run entry", before.run, after.run), ("cgroup", before.cgroups, after.cgroups),
                        ("log entry", before.logs, after.logs)):
-        out += _set_diff(kind, a, b)
+        out += _set_diff(kind, a, b, run.cluster)
     return out
 
 
@@ -233,7 +252,9 @@ class RunProcesses:
     root: int
     marks: tuple[str, ...]                # strings a command line or /proc/<pid>/cgroup of the run's holds
     seen: dict[tuple[int, float], str] = field(default_factory=dict)
-    heard: dict[tuple[str, str], str] = field(default_factory=dict)   # (proto, local) -> ss line
+    # (network namespace, proto, local) -> ss line; "" is this host's namespace, the only one other
+    # machines can reach (a real node in a namespace of its own: its listeners are shown, not judged)
+    heard: dict[tuple[str, str, str], str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -286,10 +307,16 @@ class RunProcesses:
         with self._lock:
             self.seen.update(now)
         pids = {pid for pid, _ in now}
-        for s in listeners():
-            if s["pids"] & pids:
-                with self._lock:
-                    self.heard[(s["proto"], s["local"])] = s["line"]
+        host, others = _netns(os.getpid()), {}
+        for pid in sorted(pids):
+            ns = _netns(pid)
+            if ns and ns != host:
+                others.setdefault(ns, pid)
+        for ns, pid in [("", None), *others.items()]:
+            for s in listeners(pid):
+                if s["pids"] & pids:
+                    with self._lock:
+                        self.heard[(ns, s["proto"], s["local"])] = s["line"]
 
     def pids(self) -> set[int]:
         with self._lock:
@@ -310,13 +337,17 @@ class RunProcesses:
                 continue
         return out
 
+    @property
+    def cluster(self) -> str:
+        return next(m for m in self.marks if "/" not in m)
+
     def heard_lines(self) -> list[str]:
         with self._lock:
-            return sorted(self.heard.values())
+            return sorted(f"{ns + ': ' if ns else ''}{line}" for (ns, _, _), line in self.heard.items())
 
     def beyond_loopback(self) -> list[str]:
         with self._lock:
-            return sorted(line for (_, local), line in self.heard.items() if not on_loopback(local))
+            return sorted(line for (ns, _, local), line in self.heard.items() if not ns and not on_loopback(local))
 
 
 # --- a run with a real node ----------------------------------------------------------------------------------
@@ -375,7 +406,8 @@ def test_a_run_with_a_real_node_leaves_the_host_as_it_found_it_and_listens_on_lo
     problems = differences(before, after, run)
     wide = run.beyond_loopback()
     heard = run.heard_lines()
-    print(f"iptables: {firewall_note(before)}; the run's listeners (ss -ltnup):\n" + "\n".join(heard))
+    print(f"iptables: {firewall_note(before)}; the run's listeners (ss -ltnup, its processes; net:[...]: in a network "
+          "namespace of the run's own):\n" + "\n".join(heard))
     assert heard, f"no listening socket of run {run_id} was seen: the loopback check could not fail"
     assert not problems and not wide, (
         f"run {run_id} ({'ended normally' if end == 'ends' else 'SIGKILLed, cleaned by its watchdog'}) "
@@ -407,8 +439,9 @@ def test_the_host_check_names_each_change_a_run_leaves(tmp_path):
     cgroup = CGROUP / "pids" / "clusterproof" / name
     chain = f"CP-HS-{os.urandom(2).hex().upper()}"
     martians, port = _sysctl(MARTIANS), free_port()
-    iptables = shutil.which("iptables") is not None
     before = HostState.record()
+    # A chain only where the filter table is there already: iptables-nft would make the table (and leave it)
+    iptables = shutil.which("iptables") is not None and "*filter" in before.firewall.get("iptables-save", set())
     proc = subprocess.Popen([sys.executable, "-c", STANDIN, str(directory), str(port)], stdin=subprocess.PIPE,
                             text=True)
     run = RunProcesses(proc.pid, (str(directory), name)).start()

@@ -188,6 +188,9 @@ def main(argv: list[str]) -> int:
         pidfd = os.pidfd_open(owner)
     except ProcessLookupError:
         pidfd = None
+    except (OSError, AttributeError) as e:   # Linux before 5.3, Python before 3.9: the sweeper stays the clean-up
+        print(f"clusterproof: no pidfd to watch run pid {owner} with: {e}", file=sys.stderr)
+        return 1   # clusterproof.core.exitcodes.CHECK_FAILED: no watchdog
     if pidfd is not None and os.getppid() != owner:
         # Not (or no longer) started by the owner: the pidfd may name a recycled pid.
         os.close(pidfd)
