@@ -55,7 +55,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusterproof.cluster import realnodes, watchdog
+from clusterproof.cluster import realnodes, toolchain, watchdog
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.ports import free_port
 from clusterproof.core.waiting import wait_for
@@ -207,23 +207,42 @@ class HostState:
 CLUSTER_PATH = re.compile(r"(?:/clusterproof/|/kwok/clusters/)(cp-[\w.-]+)")
 
 
-def _set_diff(kind: str, before: set[str], after: set[str], cluster: str) -> list[str]:
+def _set_diff(kind: str, before: set[str], after: set[str], cluster: str, foreign: set[str]) -> list[str]:
     def ours(x: str) -> bool:
-        return all(m == cluster for m in CLUSTER_PATH.findall(x))
+        return x not in foreign and all(m == cluster for m in CLUSTER_PATH.findall(x))
     return ([f"{kind} {x} appeared" for x in sorted(after - before) if ours(x)]
             + [f"{kind} {x} went away" for x in sorted(before - after) if ours(x)])
 
 
+def foreign(state: HostState, cluster: str) -> set[str]:
+    """What another embedded cluster on this machine holds and names nowhere in its path: its real nodes'
+    links (their ``node.json``), and the ``clusterproof`` cgroup parent while its cgroups are in it."""
+    out = set()
+    for f in (toolchain.cache_root() / "kwok" / "clusters").glob(f"*/{realnodes.DIR}/*/{realnodes.STATE_FILE}"):
+        if f.parts[-4] == cluster:
+            continue
+        try:
+            st = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        out |= {v for k, v in st.items() if k in ("bridge", "veth") and isinstance(v, str)}
+    for cg in state.cgroups:
+        m = re.fullmatch(r"(.*/clusterproof)/(cp-[^/]+)", cg)
+        if m and m.group(2) != cluster:
+            out.add(m.group(1))
+    return out
+
+
 def differences(before: HostState, after: HostState, run: RunProcesses) -> list[str]:
     """Each way the host differs after the run from before it, one phrase each."""
-    out = []
+    out, others = [], foreign(before, run.cluster) | foreign(after, run.cluster)
     for k in sorted(before.sysctls.keys() | after.sysctls.keys()):
         a, b = before.sysctls.get(k), after.sysctls.get(k)
         if a != b:
             out.append(f"sysctl {k} {a if a is not None else '(absent)'} -> {b if b is not None else '(absent)'}")
     for tool in sorted(before.firewall.keys() | after.firewall.keys()):
         out += _set_diff(f"{tool} rule", before.firewall.get(tool, set()), after.firewall.get(tool, set()),
-                         run.cluster)
+                         run.cluster, others)
     old = {(s["proto"], s["local"]) for s in before.listeners}
     for s in after.listeners:
         if (s["proto"], s["local"]) not in old and (not s["pids"] or s["pids"] & run.pids()):
@@ -233,14 +252,15 @@ def differences(before: HostState, after: HostState, run: RunProcesses) -> list[
     for kind, a, b in (("link", before.links, after.links), ("mount", before.mounts, after.mounts),
                        ("/run entry", before.run, after.run), ("cgroup", before.cgroups, after.cgroups),
                        ("log entry", before.logs, after.logs)):
-        out += _set_diff(kind, a, b, run.cluster)
+        out += _set_diff(kind, a, b, run.cluster, others)
     return out
 
 
 def firewall_note(state: HostState) -> str:
     tools = ("iptables-save", "ip6tables-save", "nft")
     missing = [t for t in tools if t not in state.firewall]
-    return f"not installed, so not compared: {', '.join(missing)}" if missing else "all compared"
+    return (f"compared with {', '.join(t for t in tools if t in state.firewall) or 'nothing'}"
+            + (f"; not installed (not compared): {', '.join(missing)}" if missing else ""))
 
 
 # --- what the run started ------------------------------------------------------------------------------------
@@ -406,7 +426,7 @@ def test_a_run_with_a_real_node_leaves_the_host_as_it_found_it_and_listens_on_lo
     problems = differences(before, after, run)
     wide = run.beyond_loopback()
     heard = run.heard_lines()
-    print(f"iptables: {firewall_note(before)}; the run's listeners (ss -ltnup, its processes; net:[...]: in a network "
+    print(f"firewall: {firewall_note(before)}; the run's listeners (ss -ltnup, its processes; net:[...]: in a network "
           "namespace of the run's own):\n" + "\n".join(heard))
     assert heard, f"no listening socket of run {run_id} was seen: the loopback check could not fail"
     assert not problems and not wide, (
