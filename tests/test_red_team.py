@@ -370,6 +370,27 @@ def test_the_pool_namespaces_of_the_manifest_enforce_the_pod_security_the_harnes
                         == POD_SECURITY_LABELS for d in docs), [d["metadata"] for d in docs]
 
 
+def test_the_load_worker_pods_of_the_docs_pass_pod_security_restricted(cluster):
+    """The load workers an SRE runs as pods (docs/distributed-load.md, its Job manifest) pass Pod Security
+    ``restricted`` like every pod of the harness: the Job's pod template, as a pod, server-side dry run in a pool
+    namespace (which enforces it). Negative control: the same pod with its security context removed is refused."""
+    text = (ROOT / "docs" / "distributed-load.md").read_text()
+    job = next(d for block in text.split("```yaml")[1:] for d in yaml.safe_load_all(block.split("```")[0])
+               if d and d.get("kind") == "Job")
+    spec = job["spec"]["template"]["spec"]
+    pool = access.pool_namespaces(cluster.api)[0]
+
+    def answer(pod_spec: dict) -> tuple[int, str]:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "load-0"}, "spec": pod_spec}
+        return send(cluster.api, Request("load-worker", "", "", "", "POST", f"/api/v1/namespaces/{pool}/pods", pod))
+    assert answer(spec) == (200, ""), answer(spec)
+    bare = json.loads(json.dumps(spec))
+    bare.pop("securityContext")
+    bare["containers"][0].pop("securityContext")
+    status, message = answer(bare)
+    assert status == 403 and PSA in message, (status, message)
+
+
 def test_the_old_manifests_are_kept_as_they_were_shipped():
     """The control's data: unchanged copies (plus a header) of what 94aee8a shipped."""
     for f in BEFORE:
