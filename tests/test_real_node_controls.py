@@ -12,10 +12,15 @@ self-tests' session cluster has none, tests/conftest.py):
 - clean-up: after a run that ends normally, one SIGKILLed while its real node
   runs containers (then swept as the next run sweeps) and one interrupted
   with Ctrl-C, nothing of the real node is left on the host: no kubelet,
-  containerd, shim or container process, no mount under the cluster's
-  directory, no cgroup ``/clusterproof/<cluster>`` in any hierarchy, no
-  bridge or pod veth, no ``/var/log/containers`` link into the directory, no
-  shim socket in ``/run/containerd/s``.
+  containerd, relay, shim or container process, no process in the node's
+  namespaces, no mount under the cluster's directory (the namespaces'
+  bindings among them), no cgroup ``/clusterproof/<cluster>`` in any
+  hierarchy, no veth, no shim socket;
+- the node's own host (``clusterproof.cluster.nodehost``): while the run that
+  ends normally has containers running, what the node makes -- its pods'
+  veths, its bridge, the shims' sockets, the container log links -- is found
+  in the node's namespaces and directory, and none of it on the host, whose
+  kernel tunables and IP forwarding read as before the run.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusterproof.cluster import realnodes
+from clusterproof.cluster import nodehost, realnodes
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, sweep_clusters
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
@@ -71,25 +76,52 @@ def _cluster(prefix: str) -> tuple[str, KwokCluster]:
 
 # --- what a real node leaves on the host ------------------------------------------------------------------
 
+HOST_LOG_LINKS = Path("/var/log/containers")      # the kubelet's, fixed; in the node's mount namespace its own
+KERNEL = (*nodehost.KUBELET_TUNABLES, "net/ipv4/ip_forward")
+
+
+def kernel() -> dict[str, str]:
+    """The host's kernel tunables a kubelet would set and the forwarding a gateway bridge would turn on."""
+    return {k: Path(f"/proc/sys/{k}").read_text().strip() for k in KERNEL}
+
+
 @dataclass
 class Seen:
-    """What a running real node had on the host (read while its run is alive): what must go with it."""
+    """What a running real node had (read while its run is alive): what must go with it."""
     states: list[dict]
-    shim_sockets: set[str] = field(default_factory=set)
-    veths: set[str] = field(default_factory=set)        # the pods' host-side veths on the node's bridge
-    log_links: set[str] = field(default_factory=set)    # /var/log/containers links into the cluster directory
-    pids: set[int] = field(default_factory=set)         # kubelet, containerd, shims, containers
+    shim_sockets: set[str] = field(default_factory=set)  # under the node's own /run (its directory)
+    veths: set[str] = field(default_factory=set)        # the pods' node-side veths on the node's bridge (inside)
+    log_links: set[str] = field(default_factory=set)    # the node's own /var/log/containers links
+    pids: set[int] = field(default_factory=set)         # kubelet, containerd, relay, shims, containers
 
     def add(self, kc: KwokCluster) -> None:
         for st in self.states:
+            d = Path(st["socket"]).parent
             shims = realnodes.shims_of(st["socket"])
             self.pids |= {p.pid for p in shims} | realnodes.cgroup_pids(st["cgroup_root"])
+            self.pids |= {p.pid for p in nodehost.inside(d)}
             self.shim_sockets |= {str(s) for s in map(realnodes.shim_socket, shims) if s is not None}
-            out = subprocess.run(["ip", "-o", "link", "show", "master", st["bridge"]], capture_output=True,
-                                 text=True, timeout=30).stdout
-            self.veths |= {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)}
+            self.veths |= _link_names(["nsenter", f"--net={d / nodehost.NS / 'net'}", "ip", "-o", "link", "show",
+                                       "master", st["bridge"]])
+            self.log_links |= set(_log_links(nodehost.own_path(d, str(HOST_LOG_LINKS)), kc.directory))
         self.pids |= set(kc.pids().values())
-        self.log_links |= set(_log_links(kc.directory))
+
+
+def _link_names(cmd: list[str]) -> set[str]:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    return {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)}
+
+
+def on_the_host(kc: KwokCluster, seen: Seen) -> list[str]:
+    """What the node made that is found in the host's own namespaces: its bridge or pods' veths among the
+    host's links, container log links into the cluster in the host's /var/log/containers, shim sockets in
+    the host's /run/containerd/s."""
+    host_links = _link_names(["ip", "-o", "link", "show"])
+    out = [f"link {n} on the host" for n in sorted((seen.veths | {st["bridge"] for st in seen.states}) & host_links)]
+    out += [f"container log link {f} on the host" for f in _log_links(HOST_LOG_LINKS, kc.directory)]
+    out += [f"shim socket {Path(realnodes.SHIM_SOCKETS) / Path(s).name} on the host" for s in sorted(seen.shim_sockets)
+            if (Path(realnodes.SHIM_SOCKETS) / Path(s).name).exists()]
+    return out
 
 
 def _states(kc: KwokCluster) -> list[dict]:
@@ -102,10 +134,10 @@ def _states(kc: KwokCluster) -> list[dict]:
     return out
 
 
-def _log_links(cluster_dir: Path) -> list[str]:
+def _log_links(where: Path, cluster_dir: Path) -> list[str]:
     out = []
-    if realnodes.CONTAINER_LOG_LINKS.exists():
-        for f in realnodes.CONTAINER_LOG_LINKS.iterdir():
+    if where.exists():
+        for f in where.iterdir():
             try:
                 if f.is_symlink() and os.readlink(f).startswith(str(cluster_dir) + "/"):
                     out.append(str(f))
@@ -129,19 +161,17 @@ def _in_cluster_cgroups(cluster: str) -> list[str]:
 
 def left_behind(kc: KwokCluster, seen: Seen) -> list[str]:
     """Everything of the cluster's real nodes still on the host: ``realnodes.leftovers`` and what it does
-    not look at (a cgroup of the cluster in any /sys/fs/cgroup hierarchy, named ones too; the pods'
-    veths; the container log links; the shims' sockets; each process seen while the run was alive)."""
+    not look at (a cgroup of the cluster in any /sys/fs/cgroup hierarchy, named ones too; the node's traces
+    in the host's own namespaces; the shims' sockets; each process seen while the run was alive)."""
     out = realnodes.leftovers(kc.directory, seen.states)
     for h in sorted(Path("/sys/fs/cgroup").iterdir()) if Path("/sys/fs/cgroup").exists() else []:
         if (h / "clusterproof" / kc.name).exists():
             out.append(f"cgroup {h / 'clusterproof' / kc.name}")
     out += _in_cluster_cgroups(kc.name)
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
-    names = {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", links, re.M)}
-    out += [f"link {n} (a pod's veth)" for n in sorted(seen.veths & names)]
-    out += [f"link {st['bridge']}" for st in seen.states if st["bridge"] in names]
-    out += [f"container log link {f}" for f in sorted(seen.log_links | set(_log_links(kc.directory)))
-            if os.path.lexists(f)]
+    out += on_the_host(kc, seen)
+    names = _link_names(["ip", "-o", "link", "show"])
+    out += [f"link {st['veth']}" for st in seen.states if st["veth"] in names]
+    out += [f"container log link {f}" for f in sorted(seen.log_links) if os.path.lexists(f)]
     out += [f"shim socket {s}" for s in sorted(seen.shim_sockets) if os.path.exists(s)]
     for pid in sorted(seen.pids):
         try:
@@ -283,19 +313,27 @@ def test_a_kubelet_killed_mid_suite_is_named_by_the_guard_and_never_blamed_on_th
 
 # --- nothing left behind ------------------------------------------------------------------------------------
 
-def test_a_run_that_ends_leaves_nothing_of_its_real_node(tmp_path):
+def test_a_run_that_ends_leaves_nothing_of_its_real_node_which_kept_to_its_own_host(tmp_path):
     run_id, kc = _cluster("rn-end")
+    before = kernel()
     try:
         with background_pytest(_args(run_id), tmp_path) as proc:
             seen = _wait_containers(kc, run_id, proc)
+            during, outside = kernel(), on_the_host(kc, seen)
             out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
         left = left_behind(kc, seen)
     finally:
         kc.delete()
     assert not left, f"run {run_id} ended and left on this host: {'; '.join(left)}"
-    assert seen.veths and seen.shim_sockets, f"the checks above saw no pod (veths {seen.veths}, sockets " \
-                                             f"{seen.shim_sockets}): they could not fail"
+    # What the node made was there, in its own host (so the checks above and below could fail)...
+    assert seen.veths and seen.shim_sockets and seen.log_links, (
+        f"the node ran a container but its namespaces and directory showed no pod veth ({seen.veths}), shim "
+        f"socket ({seen.shim_sockets}) or container log link ({seen.log_links})")
+    # ... and none of it on the host's own, whose kernel read as before the run while the node ran.
+    assert not outside, f"real node of run {run_id} made on the host itself: {'; '.join(outside)}"
+    changed = {k: f"{before[k]} -> {during[k]}" for k in KERNEL if during[k] != before[k]}
+    assert not changed, f"while its real node ran, run {run_id} changed the host's kernel: {changed}"
 
 
 def test_a_run_killed_while_its_real_node_runs_containers_is_swept_without_a_trace(tmp_path):
@@ -309,7 +347,7 @@ def test_a_run_killed_while_its_real_node_runs_containers_is_swept_without_a_tra
                 seen.add(kc)
                 alive = left_behind(kc, seen)
         # Before the sweep every kind of trace is there (so the check after it can fail).
-        kinds = {"process", "mount", "cgroup", f"link {seen.states[0]['bridge']}", "a pod's veth",
+        kinds = {"process", "in the node's namespaces", "mount", "cgroup", f"link {seen.states[0]['veth']}",
                  "container log link", "shim socket", "directory"}
         missing = [k for k in sorted(kinds) if not any(k in s for s in alive)]
         assert not missing and any(KUBELET in s for s in alive), \

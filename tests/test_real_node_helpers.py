@@ -9,6 +9,7 @@ nodes gets.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import gpu_runtime, hostpkgs, realnodes
+from clusterproof.cluster import gpu_runtime, hostpkgs, nodehost, realnodes
 from clusterproof.cluster.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
 from clusterproof.core.errors import HarnessError
 from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
@@ -37,6 +38,7 @@ def spec(*env: str) -> dict:
 def node(tmp_path: Path, index: int = 0) -> realnodes.RealNode:
     return realnodes.RealNode(name=f"cp-real-{index}", index=index, directory=tmp_path / "rn" / str(index),
                               address="172.31.4.1", pod_subnet="172.31.4.0/24", bridge="cpbdeadbeef",
+                              veth="cpvdeadbeef",
                               cgroup_root=f"/clusterproof/cp-x/cp-real-{index}", kubelet_port=40001,
                               healthz_port=40002)
 
@@ -193,10 +195,30 @@ def test_the_kubelet_runs_on_cgroup_v1_without_anonymous_access_and_registers_ta
     assert cfg["podLogsDir"].startswith(str(n.directory) + "/")
 
 
+def test_the_kubelet_changes_no_kernel_tunable_and_makes_no_iptables_chain(tmp_path):
+    """It would set vm.overcommit_memory, kernel.panic... on the host, and hook KUBE-FIREWALL into INPUT/OUTPUT."""
+    cfg = realnodes.kubelet_config(node(tmp_path), tmp_path / "pki" / "ca.crt")
+    assert cfg["protectKernelDefaults"] is True, "the kubelet must refuse to start rather than write a kernel tunable"
+    assert cfg["makeIPTablesUtilChains"] is False, "the kubelet must make no iptables chain"
+
+
+def test_the_bridge_is_no_gateway_and_the_pods_never_get_the_hosts_address(tmp_path):
+    """A gateway bridge plugin turns net.ipv4.ip_forward on (containernetworking-plugins 1.1.1 bridge.go); .254
+    is the host's end of the node's veth (nodehost.host_address)."""
+    n = node(tmp_path)
+    [bridge] = realnodes.cni_config(n)["plugins"]
+    assert bridge["bridge"] == n.bridge and bridge["isGateway"] is False and bridge["ipMasq"] is False
+    assert not bridge.get("isDefaultGateway"), "isDefaultGateway implies isGateway"
+    [[r]] = bridge["ipam"]["ranges"]
+    host_end = nodehost.host_address(ipaddress.ip_network(n.pod_subnet))
+    assert (r["subnet"], r["rangeEnd"], host_end) == (n.pod_subnet, "172.31.4.253", "172.31.4.254")
+    assert bridge["ipam"]["dataDir"].startswith(str(n.directory) + "/")
+
+
 def test_a_nodes_socket_path_fits_a_unix_socket():
     """sun_path is 108 bytes: the deepest socket (the ttrpc one) of a node in a long-named cluster fits."""
     home = Path("/home/a-rather-long-user-name/.cache/clusterproof/kwok/clusters/cp-20261125-193726-c0a0")
-    n = realnodes.RealNode("cp-real-7", 7, home / realnodes.DIR / "7", "", "", "", "", 0, 0)
+    n = realnodes.RealNode("cp-real-7", 7, home / realnodes.DIR / "7", "", "", "", "", "", 0, 0)
     assert len(f"{n.socket}.ttrpc".encode()) < 108
 
 

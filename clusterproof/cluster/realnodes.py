@@ -8,7 +8,7 @@ exact path of a real GPU node, minus the silicon (the node's "GPUs" are the
 project's mock ``libnvidia-ml.so.1``, handed into containers the way the
 NVIDIA container toolkit hands in the real one; see ``clusterproof.cluster.gpu_runtime``).
 
-Each real node (profile key ``real_nodes``) is two extra components of the
+Each real node (profile key ``real_nodes``) is three extra components of the
 kwokctl cluster, so kwokctl starts, logs (``logs/<component>.log``), records
 and stops them with the control plane and the supervisor restarts them like
 kube-scheduler (``clusterproof.cluster.health``):
@@ -17,6 +17,7 @@ kube-scheduler (``clusterproof.cluster.health``):
   with its own root, state, socket, runc root, CNI configuration and network
   namespaces (``netns_mounts_under_state_dir``), all under the node's directory
   inside the cluster's;
+- ``relay-<node>``: the node's road to the API server (``clusterproof.cluster.noderelay``);
 - ``kubelet-<node>``: the kubelet built at the cluster's version
   (``clusterproof.cluster.toolchain.KUBELET``), its own root dir, ports, log dir and
   cgroup root (``/clusterproof/<cluster>/<node>`` in every v1 hierarchy), a
@@ -24,10 +25,21 @@ kube-scheduler (``clusterproof.cluster.health``):
   cluster CA, so the Node authorizer and API Priority and Fairness
   (``system-node-high``/``system-nodes``) treat it as any kubelet.
 
-Each node has a bridge of its own and a /24 of ``POD_NET``: the bridge holds
-the first address, the node's own (the kubelet refuses a loopback address)
-and its pods' gateway; no iptables rule is
-made (no masquerade, no port maps). Real nodes register with the taint
+containerd and the kubelet (and so the shims, runc, the CNI plugins and the
+containers) run in the node's own mount and network namespaces
+(``clusterproof.cluster.nodehost``): what they do to "the host" -- kernel
+tunables, mounts, ``/run/containerd``, ``/var/lib/cni``, ``/var/log/containers``,
+links, sysctls, iptables -- happens to the node's, and the machine is left as
+it was found. The kubelet runs with ``protectKernelDefaults: true`` (it finds
+the tunables it wants in the node's read-only ``/proc/sys`` files, and writes
+none) and ``makeIPTablesUtilChains: false`` (no chain at all).
+
+Each node has a bridge of its own (in its namespace) and a /24 of ``POD_NET``:
+the bridge holds the first address, the node's own (the kubelet refuses a
+loopback address); its pods get an on-link route to it, no gateway (so nothing
+turns IP forwarding on), no masquerade and no port maps. The host reaches the
+node's /24 through a veth whose host end holds the /24's last address. Real
+nodes register with the taint
 ``REAL_NODE_TAINT`` (NoSchedule): the suites' kwok workloads (fake images)
 never land on them; the real-node checks tolerate it. kwok is told to leave
 them alone (``--manage-nodes-with-annotation-selector``: only nodes the
@@ -35,9 +47,9 @@ harness created as kwok nodes).
 
 Clean-up (``teardown``) runs wherever the cluster is deleted -- the end of a
 run, Ctrl-C, and the sweep of a run killed with SIGKILL -- and takes exactly
-what the node's own files name: the shims and container processes in the
-node's cgroups, every mount under the node's directory, the cgroups, the
-links, the container log links kubelet made in /var/log/containers.
+what the node's own files name: the shims, containers and every other process
+in the node's cgroups or namespaces, every mount under the node's directory
+(the namespaces' bindings with them), the cgroups, the host's end of the veth.
 """
 from __future__ import annotations
 
@@ -47,15 +59,15 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import yaml
 
-from clusterproof.cluster import gpu_runtime, hostpkgs, identities, toolchain
+from clusterproof.cluster import gpu_runtime, hostpkgs, identities, nodehost, noderelay, toolchain
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
@@ -64,10 +76,9 @@ NODE_PREFIX = "cp-real-"
 DIR = "rn"                          # under the cluster's directory (short: unix socket paths are <108 bytes)
 REAL_NODE_LABEL = "clusterproof.io/node-kind"       # "real" on these nodes
 REAL_NODE_TAINT = {"key": "clusterproof.io/real-node", "value": "true", "effect": "NoSchedule"}
-# A /24 per node: its bridge holds .1 (the node's address and its pods' gateway); pods get the rest.
+# A /24 per node: its bridge holds .1 (the node's address), the host's end of its veth .254; pods get .2-.253.
 POD_NET = ipaddress.ip_network("172.31.0.0/16")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CNI_BIN = Path("/usr/lib/cni")
 LEASE_DURATION_S = 40               # the kubelet's default, said explicitly (renewed every 10 s)
 STATE_FILE = "node.json"            # what teardown needs: links, cgroup root, socket
@@ -81,6 +92,10 @@ def kubelet_component(node: str) -> str:
     return f"kubelet-{node}"
 
 
+def relay_component(node: str) -> str:
+    return f"relay-{node}"
+
+
 @dataclass
 class RealNode:
     name: str
@@ -88,7 +103,8 @@ class RealNode:
     directory: Path                  # <cluster>/rn/<index>
     address: str
     pod_subnet: str
-    bridge: str                      # the node's bridge: holds its address, and its pods' gateway
+    bridge: str                      # the node's bridge (in its namespace): holds its address
+    veth: str                        # the host's end of the veth into the node's namespace
     cgroup_root: str                 # /clusterproof/<cluster>/<node>
     kubelet_port: int
     healthz_port: int
@@ -99,7 +115,8 @@ class RealNode:
 
     def state(self) -> dict:
         return {"name": self.name, "address": self.address, "pod_subnet": self.pod_subnet,
-                "bridge": self.bridge, "cgroup_root": self.cgroup_root, "socket": str(self.socket),
+                "bridge": self.bridge, "veth": self.veth, "cgroup_root": self.cgroup_root,
+                "socket": str(self.socket),
                 "kubelet_port": self.kubelet_port}
 
 
@@ -120,15 +137,6 @@ def _used_networks() -> set[ipaddress.IPv4Network]:
     return used
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    if shutil.which("ip") is None:
-        raise HarnessError("real nodes need the `ip` command (apt-get install iproute2)")
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-    if check and proc.returncode != 0:
-        raise HarnessError(f"ip {' '.join(args)} failed: {proc.stderr.strip()[:200]}")
-    return proc
-
-
 def require_host() -> None:
     """One line naming what this host lacks to run real nodes (root, cgroups, overlayfs, the runtime)."""
     if os.geteuid() != 0:
@@ -142,6 +150,7 @@ def require_host() -> None:
     if "overlay" not in Path("/proc/filesystems").read_text():
         raise HarnessError("real_nodes needs overlayfs (modprobe overlay) or set real_nodes: 0")
     hostpkgs.require()
+    nodehost.require()
     for plugin in ("bridge", "host-local", "loopback"):
         if not (CNI_BIN / plugin).exists():
             raise HarnessError(f"CNI plugin {CNI_BIN / plugin} is missing (apt-get install "
@@ -150,7 +159,8 @@ def require_host() -> None:
 
 def plan(cluster_dir: Path, cluster: str, n: int, ports: list[int]) -> list[RealNode]:
     """``n`` real nodes with addresses and subnets no interface on this host uses (chosen under a lock,
-    so two runs starting together do not pick the same)."""
+    so two runs starting together do not pick the same), each in a host of its own (``nodehost.create``;
+    its state file is written first: a failure halfway is torn down like a whole node)."""
     nodes = []
     with filelock.held(toolchain.cache_root() / "real-nodes.lock"):
         used = _used_networks() | _claimed_networks()
@@ -161,14 +171,13 @@ def plan(cluster_dir: Path, cluster: str, n: int, ports: list[int]) -> list[Real
             h = _short(cluster, i)
             node = RealNode(name=f"{NODE_PREFIX}{i}", index=i, directory=cluster_dir / DIR / str(i),
                             address=str(net.network_address + 1), pod_subnet=str(net),
-                            bridge=f"cpb{h}", cgroup_root=f"/clusterproof/{cluster}/{NODE_PREFIX}{i}",
+                            bridge=f"cpb{h}", veth=f"cpv{h}",
+                            cgroup_root=f"/clusterproof/{cluster}/{NODE_PREFIX}{i}",
                             kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1])
             node.directory.mkdir(parents=True, exist_ok=True)
             (node.directory / STATE_FILE).write_text(json.dumps(node.state()))
-            _ip("link", "add", node.bridge, "type", "bridge")
-            _ip("addr", "add", f"{node.address}/24", "dev", node.bridge)
-            _ip("link", "set", node.bridge, "up")
             nodes.append(node)
+            nodehost.create(node.directory, net, node.veth, node.bridge, h)
     return nodes
 
 
@@ -229,8 +238,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 def cni_config(node: RealNode) -> dict:
     return {"cniVersion": "0.4.0", "name": f"clusterproof-{node.name}", "plugins": [
-        {"type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet}]],
+        # No gateway: the plugin would give the bridge an address and turn IP forwarding on. Pods keep an
+        # on-link route to their /24 (the node's address included); nothing they run needs more.
+        {"type": "bridge", "bridge": node.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet, "rangeEnd": str(
+             ipaddress.ip_network(node.pod_subnet).broadcast_address - 2)}]],   # .254 is the host's
                   "dataDir": str(node.directory / "ipam")}}]}
 
 
@@ -240,6 +252,10 @@ def kubelet_config(node: RealNode, ca: Path) -> dict:
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         # This host (and CI's) is cgroup v1 hybrid: 1.35 refuses v1 unless told (KEP-5573).
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": node.cgroup_root,
+        # Refuse to start rather than set a kernel tunable: the node's /proc/sys files hold what it requires
+        # (clusterproof.cluster.nodehost), the host's are never written.
+        "protectKernelDefaults": True,
+        "makeIPTablesUtilChains": False,   # no KUBE-FIREWALL, KUBE-KUBELET-CANARY or KUBE-IPTABLES-HINT
         "containerRuntimeEndpoint": f"unix://{node.socket}",
         "address": node.address, "port": node.kubelet_port, "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1", "healthzPort": node.healthz_port,
@@ -272,7 +288,8 @@ def faults_file(cluster_dir: Path) -> Path:
 def components(cluster_dir: Path, server: str, nodes: list[RealNode], sandbox_image: str,
                nvml_library: str | None, node_identity: bool = True,
                kubernetes_version: str = toolchain.KUBERNETES_VERSION) -> list[dict]:
-    """The kwokctl extra components of each real node (containerd, then its kubelet).
+    """The kwokctl extra components of each real node (containerd and the relay to the API server, then its
+    kubelet).
 
     ``nvml_library``: the library the node's GPU runtime hands to containers that ask for GPUs
     (``clusterproof.cluster.gpu_runtime``); None: a node whose driver library is missing (a negative control)."""
@@ -299,17 +316,26 @@ def components(cluster_dir: Path, server: str, nodes: list[RealNode], sandbox_im
         else:   # the negative control: the kubelet as the admin (APF-exempt, not a node identity)
             kubeconfig = identities.write_kubeconfig(d / "kubelet.kubeconfig", server, pki, "admin")
         make_cgroups(node.cgroup_root)
-        links = {containerd_component(node.name): hostpkgs.binary("containerd"),
-                 kubelet_component(node.name): kubelet.path("kubelet")}
-        for name, target in links.items():
-            link = bindir / name
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(target)
-        out.append({"name": containerd_component(node.name), "binary": str(bindir / containerd_component(node.name)),
+        # kwokctl names a component's pid file after its binary's name: containerd and the kubelet are started
+        # as a wrapper of that name, which enters the node's namespaces and runs the binary through a link of
+        # that name (the process then reads as the component in ps, as every other one does).
+        wrappers = d / "enter"
+        wrappers.mkdir(exist_ok=True)
+        for name, binary in ((containerd_component(node.name), hostpkgs.binary("containerd")),
+                             (kubelet_component(node.name), kubelet.path("kubelet"))):
+            _fresh(bindir / name).symlink_to(binary)
+            nodehost.wrapper(_fresh(wrappers / name), d, cluster_dir, str(bindir / name), node.name)
+        relay = _fresh(bindir / relay_component(node.name))
+        relay.symlink_to("/usr/bin/python3")     # standard library only, as the node's GPU runtime
+        out.append({"name": containerd_component(node.name), "binary": str(wrappers / containerd_component(node.name)),
                     "workDir": str(cluster_dir), "args": ["--config", str(d / "containerd.toml")]})
-        out.append({"name": kubelet_component(node.name), "binary": str(bindir / kubelet_component(node.name)),
-                    "workDir": str(cluster_dir), "links": ["kube-apiserver", containerd_component(node.name)],
+        out.append({"name": relay_component(node.name), "binary": str(relay), "workDir": str(cluster_dir),
+                    "links": ["kube-apiserver"],
+                    "args": ["-S", noderelay.__file__, str(d / nodehost.NS / "net"),
+                             str(urllib.parse.urlsplit(server).port)]})
+        out.append({"name": kubelet_component(node.name), "binary": str(wrappers / kubelet_component(node.name)),
+                    "workDir": str(cluster_dir),
+                    "links": ["kube-apiserver", containerd_component(node.name), relay_component(node.name)],
                     "args": [f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kubeconfig}",
                              f"--root-dir={d / 'kubelet'}", f"--cert-dir={d / 'kubelet' / 'pki'}",
                              f"--hostname-override={node.name}", f"--node-ip={node.address}",
@@ -319,6 +345,12 @@ def components(cluster_dir: Path, server: str, nodes: list[RealNode], sandbox_im
                              # classification check's instrument; ~2 KB/s of log per node)
                              "--vmodule=round_trippers=8"]})
     return out
+
+
+def _fresh(path: Path) -> Path:
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    return path
 
 
 def audit_rules(names: list[str]) -> list[dict]:
@@ -446,19 +478,26 @@ def _naming(directory: Path) -> list[psutil.Process]:
     return out
 
 
-SHIM_SOCKETS = Path("/run/containerd/s")
+SHIM_SOCKETS = "/run/containerd/s"
 
 
 def shim_socket(proc: psutil.Process) -> Path | None:
-    """The socket a containerd 1.6 shim serves on: /run/containerd/s/sha256(<address>/<namespace>/<id>),
-    fixed by containerd (not under the node's directory): removed with the shim."""
+    """Where the socket a containerd 1.6 shim serves on lies: /run/containerd/s/sha256(<address>/<namespace>/<id>),
+    fixed by containerd, which in the node's mount namespace is the node's own /run (``nodehost``), under the
+    node's directory (its containerd's socket's)."""
     try:
         cmd = proc.cmdline()
         opt = {cmd[i]: cmd[i + 1] for i in range(1, len(cmd) - 1) if cmd[i].startswith("-")}
         key = f"{opt['-address']}/{opt['-namespace']}/{opt['-id']}"
     except (psutil.Error, KeyError):
         return None
-    return SHIM_SOCKETS / hashlib.sha256(key.encode()).hexdigest()
+    return nodehost.own_path(Path(opt["-address"]).parent, SHIM_SOCKETS) / hashlib.sha256(key.encode()).hexdigest()
+
+
+def _links(st: dict) -> list[str]:
+    """A node's links that may be on the host: its veth's end (and its bridge, there in states written before
+    nodes had namespaces of their own)."""
+    return [n for n in (st.get("veth"), st.get("bridge")) if n]
 
 
 def teardown(cluster_dir: Path) -> list[str]:
@@ -471,53 +510,38 @@ def teardown(cluster_dir: Path) -> list[str]:
         except (OSError, ValueError):
             continue
         d = state_file.parent
-        # Shims first (they would restart nothing, but hold mounts), then every process in the node's cgroups.
+        # Shims first (they would restart nothing, but hold mounts), then every process in the node's cgroups
+        # or namespaces. Once none is left and their bindings are unmounted, the namespaces go, and with
+        # them every mount, link and sysctl the node made inside.
         for _ in range(3):
-            victims = (shims_of(st["socket"]) + _naming(d)
+            victims = (shims_of(st["socket"]) + _naming(d) + nodehost.inside(d)
                        + [psutil.Process(p) for p in cgroup_pids(st["cgroup_root"]) if psutil.pid_exists(p)])
             if not victims:
                 break
-            sockets = [s for s in map(shim_socket, shims_of(st["socket"])) if s is not None]
             for p in victims:
                 try:
                     p.send_signal(signal.SIGKILL)
                 except psutil.Error:
                     pass
             psutil.wait_procs(victims, timeout=5)
-            for sock in sockets:
-                sock.unlink(missing_ok=True)
         left += unmount_under(d)
         left += _remove_cgroups(st["cgroup_root"])
-        for link in (st.get("bridge"),):
-            if link and _ip("link", "show", link, check=False).returncode == 0:
-                _ip("link", "del", link, check=False)
-                if _ip("link", "show", link, check=False).returncode == 0:
-                    left.append(f"link {link}")
-        logs = d / "pod-logs"
-        if CONTAINER_LOG_LINKS.exists():
-            for f in CONTAINER_LOG_LINKS.iterdir():
-                try:
-                    if f.is_symlink() and os.readlink(f).startswith(str(logs)):
-                        f.unlink()
-                except OSError:
-                    pass
+        left += nodehost.remove(_links(st))
         if not left:
             shutil.rmtree(d, ignore_errors=True)
     return left
 
 
 def leftovers(cluster_dir: Path, states: list[dict]) -> list[str]:
-    """What of these real nodes still exists on the host (processes, mounts, cgroups, links): for the
-    self-tests that kill a run and look."""
+    """What of these real nodes still exists on the host (processes, mounts, cgroups, links, processes in
+    their namespaces): for the self-tests that kill a run and look."""
     out = []
     for st in states:
         out += [f"process {p.pid} ({p.name()})" for p in shims_of(st["socket"])]
         out += [f"process {p}" for p in cgroup_pids(st["cgroup_root"])]
         out += [f"cgroup {h / st['cgroup_root'].lstrip('/')}" for h in hierarchies()
                 if (h / st["cgroup_root"].lstrip("/")).exists()]
-        for link in (st["bridge"],):
-            if _ip("link", "show", link, check=False).returncode == 0:
-                out.append(f"link {link}")
+        out += nodehost.leftovers(Path(st["socket"]).parent, _links(st))
     out += [f"mount {m}" for m in mounts_under(cluster_dir)]
     for p in psutil.process_iter(["cmdline"]):
         if any(str(cluster_dir) in a for a in (p.info["cmdline"] or [])):
@@ -541,8 +565,8 @@ def wait_registered(api, nodes: list[RealNode], timeout: float, kwok_dir: Path) 
 
 
 def is_component(name: str) -> bool:
-    """A kwokctl component name of a real node (containerd-cp-real-0, kubelet-cp-real-0)."""
-    return name.startswith((f"containerd-{NODE_PREFIX}", f"kubelet-{NODE_PREFIX}"))
+    """A kwokctl component name of a real node (containerd-cp-real-0, relay-cp-real-0, kubelet-cp-real-0)."""
+    return name.startswith(tuple(f(NODE_PREFIX) for f in (containerd_component, relay_component, kubelet_component)))
 
 
 def sample_usage(nodes: list[RealNode]) -> dict[str, dict]:
