@@ -117,6 +117,8 @@ class FaultFile:
     def write(self) -> None:
         body = {"machines": {name: machine_spec(kind) for name, kind in sorted(self.kinds.items())}}
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-")
+        # Readable by the checker: its container runs as a non-root user (kube.pod_spec), and mkstemp makes 0600.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as f:
             json.dump(body, f)
         # A new mtime even within the clock's resolution: the size may not change.
