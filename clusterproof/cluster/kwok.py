@@ -203,14 +203,14 @@ class KwokCluster:
         # and checks only what is bound now, so clusters created at the same moment on this machine
         # (other runs) were handed the same port and one component died binding it.
         ports = dict(zip(PORTS, free_ports(len(PORTS))))
-        patches = []
+        patches = [NO_PRIVILEGED_PODS]
         scheduler_config = self._write_scheduler_config()
         server = f"https://127.0.0.1:{ports['kubeApiserverPort']}"
         if self.component_identities or self.real_nodes:
             # kwokctl keeps a PKI it finds; the components' kubeconfigs need the server's port up front.
             identities.write_pki(self.directory / "pki")
         if self.component_identities:
-            patches = identities.components_patches(self.directory, server, scheduler_config)
+            patches += identities.components_patches(self.directory, server, scheduler_config)
         if self.real_nodes:
             patches = [*patches, *real_node_patches(self.directory / "pki")]
             self.components = [*self.components, *realnodes.components(
@@ -382,6 +382,12 @@ class KwokCluster:
             if proc is not None:
                 out[f.stem] = proc.pid
         return out
+
+
+# kwokctl starts kube-apiserver with --allow-privileged=true. The embedded cluster's real nodes run on this
+# machine, so a privileged pod there would be root on it; no pod of the harness needs privilege (kube.pod_spec).
+NO_PRIVILEGED_PODS = {"name": "kube-apiserver", "extraArgs": [
+    {"key": "allow-privileged", "value": "false", "override": True}]}
 
 
 def real_node_patches(pki: Path) -> list[dict]:
