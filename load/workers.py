@@ -27,10 +27,15 @@ import socket
 import time
 
 import gevent
-from locust import events
+from locust import events, runners
 
 LOCAL_OPTIONS = ("kube_server", "kube_token_file", "kube_ca_file", "kube_tls_server_name", "cp_worker_name")
 POLL_S = 0.5
+# Heartbeats (one a second) a worker may miss before the master counts it lost: locust's own 3 flagged two
+# healthy workers lost, and stopped the test, when they spawned their users on a machine whose two cores ran
+# 14 runnable processes (the self-tests, 2026-11-27). A worker really killed is still lost within this many
+# seconds.
+HEARTBEAT_LIVENESS = 10
 
 
 @events.init_command_line_parser.add_listener
@@ -87,6 +92,8 @@ def _init(environment, runner=None, **_kw):
         _Local.values = {k: getattr(opts, k, "") for k in LOCAL_OPTIONS if getattr(opts, k, "")}
         runner.send_message("cp_hello", _hello(opts))
     elif kind(runner) == "master":
+        # locust reads its module constant each time a worker joins or beats; it has no option for it.
+        runners.HEARTBEAT_LIVENESS = max(runners.HEARTBEAT_LIVENESS, HEARTBEAT_LIVENESS)
         _Master.prefix, _Master.started = getattr(opts, "csv_prefix", "") or "", time.monotonic()
         _forward_credentials(opts)
         runner.register_message("cp_hello", _on_hello)

@@ -3,9 +3,11 @@
 The test makes its own two "hosts": network namespaces joined to this machine by veth pairs, with
 addresses of their own (10.251.N.0/30 test ranges, nothing else is ever a target). The harness runs
 locust's master on the host side, bound to the first pair's host address; a worker runs in each
-namespace (``ip netns exec ... clusterproof load-worker``) and reaches the master and the session's
-embedded API server (which listens on every address) through its veth. The namespaces and the
-links are removed whatever happens (a namespace left by a dead run is removed by the next).
+namespace (``ip netns exec ... clusterproof load-worker``) and reaches the master through its veth, and
+the session's embedded API server -- which listens on this machine's loopback only -- through a relay
+into its namespace, the road a real node's kubelet takes (``clusterproof.cluster.noderelay``). The
+namespaces, the links and the relays are removed whatever happens (a namespace left by a dead run is
+removed by the next).
 
 Proved against the embedded cluster:
 
@@ -211,18 +213,32 @@ def test_hosts():
 
 
 class Workers:
-    """``clusterproof load-worker`` processes in the test hosts' namespaces; stopped always."""
+    """``clusterproof load-worker`` processes in the test hosts' namespaces, and each namespace's relay to the API
+    server; stopped always."""
 
     def __init__(self, tmp: Path):
-        self.tmp, self.procs = tmp, {}
+        self.tmp, self.procs, self.relays = tmp, {}, {}
+
+    def _relay(self, host: NetnsHost, port: int) -> None:
+        """127.0.0.1:``port`` in ``host``'s namespace joined to the API server's on this machine's loopback."""
+        if host.netns in self.relays:
+            return
+        log = open(self.tmp / f"relay-{host.netns}.log", "w")
+        self.relays[host.netns] = subprocess.Popen(
+            [sys.executable, "-S", str(ROOT / "clusterproof" / "cluster" / "noderelay.py"),
+             f"/run/netns/{host.netns}", str(port)], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, preexec_fn=own_session_dying_with_parent)
+        log.close()
+        wait_for(lambda: (self.tmp / f"relay-{host.netns}.log").read_text(), until=lambda t: "relay:" in t,
+                 timeout=10, interval=0.1, what=f"the API relay into {host.netns} listening")
 
     def start(self, host: NetnsHost, name: str, master: str, api_url: str, locustfile: str = "burst") -> None:
         api = urlparse(api_url)
+        self._relay(host, api.port)
         cmd = ["ip", "netns", "exec", host.netns, sys.executable, "-m", "clusterproof", "load-worker",
                "--master", master, "--locustfile", locustfile, "--name", name,
-               # The API server as this namespace reaches it, its certificate checked for the name the harness uses.
-               "--kube-server", f"{api.scheme}://{master.rsplit(':', 1)[0]}:{api.port}",
-               "--kube-tls-server-name", api.hostname]
+               # The API server as this namespace reaches it (its relay), its certificate checked for that name.
+               "--kube-server", f"{api.scheme}://127.0.0.1:{api.port}", "--kube-tls-server-name", api.hostname]
         log = open(self.tmp / f"worker-{name}.log", "w")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, preexec_fn=own_session_dying_with_parent,
@@ -236,7 +252,7 @@ class Workers:
         return (self.tmp / f"worker-{name}.log").read_text(errors="replace")[-1500:]
 
     def stop(self) -> None:
-        for p in self.procs.values():
+        for p in [*self.procs.values(), *self.relays.values()]:
             stop_group(p, grace_s=5)
 
 

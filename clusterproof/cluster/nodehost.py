@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: nodehost.py PLAN (run by clusterproof.cluster.nodehost.create inside a new mount namespace)",
               file=sys.stderr)
-        return 2
+        return 4   # clusterproof.core.exitcodes.USAGE (not imported: this file runs on the standard library only)
     with open(argv[0]) as f:
         plan = json.load(f)
     try:

@@ -80,7 +80,7 @@ def _serve(client: socket.socket, target_port: int) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3) or not all(a.isdigit() for a in argv[1:]):
         print("usage: noderelay.py NETNS PORT [TARGET_PORT]", file=sys.stderr)
-        return 2
+        return 4   # clusterproof.core.exitcodes.USAGE (not imported: this file runs on the standard library only)
     netns, port = argv[0], int(argv[1])
     target_port = int(argv[2]) if len(argv) == 3 else port
     try:

@@ -271,37 +271,28 @@ def agreements(profile, run: SizeRun, metrics_before: str, metrics_after: str) -
 
 # --- the whole measurement ------------------------------------------------------------------------
 
-# The taints the node lifecycle controller manages (pressure, unschedulable, not-ready...): a DaemonSet's pods
-# tolerate those it adds for them; the per-node pods tolerate each node's exactly.
-LIFECYCLE_TAINTS = "node.kubernetes.io/"
-
-
 def pool_nodes(api: client.ApiClient, profile) -> list[str]:
     """The nodes the per-node Service spreads over: the pool's (or every node), never a scratch or real node."""
     return sorted(n["metadata"]["name"] for n in _pool(api, profile))
 
 
 def _pool(api: client.ApiClient, profile) -> list[dict]:
-    """The pool's nodes a DaemonSet without tolerations of its own would run on: no NoSchedule taint but the
-    node lifecycle's (a team's or a preflight taint keeps the run's pods off, as the scheduler decides)."""
     query = {"labelSelector": f"{profile.pool_label}={profile.watch_pool}"} if profile.watch_pool else None
     # Neither scratch nodes nor the embedded cluster's real nodes (clusterproof.cluster.realnodes: real containers from
     # images built here; the per-node pods name an image only kwok never pulls).
     return [n for n in list_all(api, "/api/v1/nodes", query)
             if SCRATCH_LABEL not in (labels := n["metadata"].get("labels") or {})
-            and labels.get(REAL_NODE_LABEL) != "real"
-            and not any(t["effect"] == "NoSchedule" and not t["key"].startswith(LIFECYCLE_TAINTS)
-                        for t in n["spec"].get("taints") or [])]
+            and labels.get(REAL_NODE_LABEL) != "real"]
 
 
 def node_tolerations(nodes: list[dict]) -> dict[str, list[dict]]:
-    """What each per-node pod tolerates: its own node's NoExecute taints and lifecycle taints, each exactly.
+    """What each per-node pod tolerates: its own node's taints, each exactly (through the scheduler, a node's
+    NoSchedule taints keep off a pod that does not tolerate them; its NoExecute ones evict it).
 
     Why not a blanket ``Exists`` (as a node-exporter DaemonSet has): a cluster whose admission refuses
-    pods that tolerate other teams' taints refuses that too."""
-    return {n["metadata"]["name"]: tolerating([t for t in n["spec"].get("taints") or []
-                                               if t["effect"] == "NoExecute" or t["key"].startswith(LIFECYCLE_TAINTS)])
-            for n in nodes}
+    pods that tolerate other teams' taints refuses that too -- and may refuse even these in a namespace that
+    is not a team's, which is why ``watch_pool`` names a pool the harness may use on such a cluster."""
+    return {n["metadata"]["name"]: tolerating(n["spec"].get("taints")) for n in nodes}
 
 
 def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Callable[[str], None],

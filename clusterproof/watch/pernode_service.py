@@ -6,7 +6,7 @@ change is sent to every watcher. The pods are tiny CPU pods placed the way
 a node-exporter DaemonSet's are: each pinned to its node by node affinity on
 ``metadata.name`` and scheduled by kube-scheduler (never ``spec.nodeName``,
 which the harness's identity may not set: docs/rbac.md), tolerating exactly
-that node's NoExecute taints (``tolerations``, per node). The scheduler's
+that node's taints (``tolerations``, per node). The scheduler's
 binds come before the measurement window, which counts watch bytes only; kwok
 gives the pods IPs from their node's podCIDR and makes them Ready, so
 kube-controller-manager maintains both the EndpointSlices and the Endpoints
@@ -108,7 +108,7 @@ class PerNodeService:
     nodes: list[str]
     name: str = "per-node"
     concurrency: int = 24
-    tolerations: dict[str, list[dict]] = field(default_factory=dict)   # per node: its NoExecute taints
+    tolerations: dict[str, list[dict]] = field(default_factory=dict)   # per node: its own taints
     pods: dict[int, str] = field(default_factory=dict)
     generation: dict[int, int] = field(default_factory=dict)
     not_ready: set[int] = field(default_factory=set)
