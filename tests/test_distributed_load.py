@@ -42,7 +42,7 @@ from clusterproof.burst.plan import CREATOR_LABEL, PHASE_LABEL, Phase
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import ROOT, Master, missing_workers_line, read_workers, run_locust
 from clusterproof.core.ports import free_port
-from clusterproof.core.processes import own_session_dying_with_parent, stop_group
+from clusterproof.core.processes import own_session_dying_with_parent, stop_group, unmount_under
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.pods import list_pods
@@ -50,6 +50,7 @@ from clusterproof.kube.tokens import create_load_identity
 
 pytestmark = pytest.mark.selftest
 NETNS_PREFIX = "cp-lw-"
+NETNS_DIR = Path("/run/netns")
 
 
 # --- pure ---------------------------------------------------------------------------------------
@@ -190,6 +191,8 @@ def test_hosts():
         pytest.skip("network namespaces need root")
     _sweep_stale_namespaces()
     hosts: list[NetnsHost] = []
+    # `ip netns add` makes /run/netns (a mount of its own) the first time: the host is left without it if it was.
+    made_run_netns = not NETNS_DIR.exists()
     try:
         for i, n in enumerate(_free_blocks(2)):
             ns, h, inner = f"{NETNS_PREFIX}{os.getpid()}-{i}", f"cplw{os.getpid() % 100000}h{i}", \
@@ -210,6 +213,9 @@ def test_hosts():
     finally:
         for host in hosts:   # deleting a namespace deletes its veth end, and so the pair
             _ip("netns", "del", host.netns, check=False)
+        if made_run_netns and NETNS_DIR.is_dir() and not any(NETNS_DIR.iterdir()):
+            unmount_under(NETNS_DIR)
+            NETNS_DIR.rmdir()
 
 
 class Workers:

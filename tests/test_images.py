@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import images, toolchain
+from clusterproof.cluster import images, nodehost, toolchain
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
@@ -287,11 +287,16 @@ def test_import_into_a_missing_socket_is_one_line(built, tmp_path):
 # ---------------------------------------------------------------- a real containerd
 
 class PrivateContainerd:
-    """containerd with its own root/state/socket under ``base``; CRI disabled."""
+    """containerd with its own root/state/socket under ``base``; CRI disabled. It and every ``ctr`` run in a
+    mount namespace of their own (``clusterproof.cluster.nodehost.mount_namespace``, a real node's): containerd
+    1.6 keeps its shims' sockets in the fixed /run/containerd/s and ``ctr run`` its fifos in /run/containerd/fifo,
+    which would otherwise be left on this machine."""
 
     def __init__(self, base: Path):
         self.base = base
         self.address = str(base / "containerd.sock")
+        nodehost.mount_namespace(base / "host")
+        self.enter = ["nsenter", f"--mount={base / 'host' / nodehost.NS / 'mnt'}", "--"]
         config = base / "config.toml"
         config.write_text(f"""version = 2
 root = "{base}/root"
@@ -307,15 +312,15 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = ""
 """)
         self.log = open(base / "containerd.log", "w")
-        self.proc = subprocess.Popen(["containerd", "--config", str(config)], stdout=self.log,
+        self.proc = subprocess.Popen([*self.enter, "containerd", "--config", str(config)], stdout=self.log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         wait_for(lambda: self.ctr("version", check=False).returncode == 0 or self.proc.poll() is not None,
                  timeout=30, interval=0.2, what=f"private containerd serving on {self.address}")
         assert self.proc.poll() is None, (base / "containerd.log").read_text()[-2000:]
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        run = subprocess.run(["ctr", "--address", self.address, "-n", "k8s.io", *args], capture_output=True,
-                             text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        run = subprocess.run([*self.enter, "ctr", "--address", self.address, "-n", "k8s.io", *args],
+                             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         if check and run.returncode != 0:
             raise AssertionError(f"ctr {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
         return run
@@ -430,9 +435,9 @@ def test_checker_without_the_library_exits_4(containerd, imported):
 
 def test_pause_image_runs_and_stops_on_sigterm(containerd, imported):
     b = imported["pause"]
-    p = subprocess.Popen(["ctr", "--address", containerd.address, "-n", "k8s.io", "run", "--rm", b.digest_ref,
-                          "sandbox"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+    p = subprocess.Popen([*containerd.enter, "ctr", "--address", containerd.address, "-n", "k8s.io", "run", "--rm",
+                          b.digest_ref, "sandbox"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: containerd.tasks().get("sandbox"), timeout=30, interval=0.1,
                  until=lambda s: s == "RUNNING", what="pause task running")

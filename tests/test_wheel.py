@@ -125,6 +125,18 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_generic(installed)
     assert "TaintKeys" in lines[-1] and "ClusterKeys" in lines[-1], lines[-1]
 
 
+def test_the_wheel_carries_its_licence(installed):
+    """Apache-2.0, as the Kubernetes ecosystem uses: the licence expression in the metadata and the text in the
+    wheel, so a team may adopt it."""
+    wheel, _ = installed
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+        licences = [n for n in z.namelist() if n.endswith("/LICENSE") and ".dist-info/" in n]
+        assert licences and "Apache License" in z.read(licences[0]).decode()[:200], z.namelist()[-10:]
+    assert "License-Expression: Apache-2.0" in text, text[:800]
+
+
 def test_the_console_command_helps_and_refuses_an_unknown_job_in_one_line(installed, tmp_path):
     _, venv = installed
     helped = _run([venv / "bin" / "clusterproof", "--help"], tmp_path)

@@ -90,7 +90,8 @@ def main(argv: list[str]) -> int:
                 say(f"  {steps[-1]}")
                 if not steps[-1]["kept_up"]:
                     break
-        run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None)
+        run = wb.run_all(c.api, profile, target, c.run_id, say, at_largest=capacity if sweep else None,
+                         owned=c.kwok is not None)
         head = common.header(argv, c, profile, "clusterproof.bench.watch_bandwidth")
     kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
     result = {

@@ -194,13 +194,13 @@ def _bind_private(path) -> None:
         _mount(libc, source, str(path), flags)
 
 
-def create(directory, subnet, veth: str, bridge: str, seed: str) -> None:
-    """The node's namespaces (bound under ``directory``/ns), its bridge holding the subnet's first address
-    inside, and the veth pair and route that join it to the host. The namespaces are made first, so a failure
-    halfway leaves only what ``remove`` and the node's teardown take."""
+def mount_namespace(directory) -> None:
+    """The node's mount namespace alone (bound at ``directory``/ns/mnt): its own ``/run``, ``/var/lib``,
+    ``/var/log`` and kernel tunables (``mount_plan``). Also what a self-test's private containerd runs in, so
+    that its shims' sockets (containerd 1.6: the fixed ``/run/containerd/s``) never land on the host."""
     from pathlib import Path
     d = Path(directory)
-    ns, addr, host_addr = d / NS, str(subnet.network_address + 1), host_address(subnet)
+    ns = d / NS
     plan = mount_plan(d)
     for s in plan["shadows"]:
         Path(s["own"]).mkdir(parents=True, exist_ok=True)
@@ -210,12 +210,22 @@ def create(directory, subnet, veth: str, bridge: str, seed: str) -> None:
     (d / HOST / "mounts.json").write_text(json.dumps(plan, indent=1))
     ns.mkdir(parents=True, exist_ok=True)
     _bind_private(ns)
-    for kind in ("mnt", "net"):
-        (ns / kind).touch()
-    # The mount namespace before the network one: it then holds no copy of the node's own netns binding.
+    (ns / "mnt").touch()
     _run("making its mount namespace", [_tool("unshare"), f"--mount={ns / 'mnt'}", "--propagation", "private",
                                         "--", "/usr/bin/python3", "-S", os.path.abspath(__file__),
                                         str(d / HOST / "mounts.json")])
+
+
+def create(directory, subnet, veth: str, bridge: str, seed: str) -> None:
+    """The node's namespaces (bound under ``directory``/ns), its bridge holding the subnet's first address
+    inside, and the veth pair and route that join it to the host. The namespaces are made first, so a failure
+    halfway leaves only what ``remove`` and the node's teardown take."""
+    from pathlib import Path
+    d = Path(directory)
+    ns, addr, host_addr = d / NS, str(subnet.network_address + 1), host_address(subnet)
+    # The mount namespace before the network one: it then holds no copy of the node's own netns binding.
+    mount_namespace(d)
+    (ns / "net").touch()
     _run("making its network namespace", [_tool("unshare"), f"--net={ns / 'net'}", "true"])
     host_mac, node_mac = macs(seed)
     ip = _tool("ip")

@@ -296,11 +296,12 @@ def node_tolerations(nodes: list[dict]) -> dict[str, list[dict]]:
 
 
 def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Callable[[str], None],
-            at_largest: Callable[[PerNodeService], None] | None = None) -> WatchRun:
+            at_largest: Callable[[PerNodeService], None] | None = None, owned: bool = False) -> WatchRun:
     """Every size of ``watch_sizes`` (churn) or the existing Service once (read-only); pods deleted at the end.
 
     ``at_largest``: called with the Service at its largest size before it is
-    deleted (the benchmark's watcher-capacity sweep).
+    deleted (the benchmark's watcher-capacity sweep). ``owned``: the harness's own embedded cluster, where
+    the per-node pods are bound by name (``PerNodeService.by_name``).
     """
     nodes = sum(1 for _ in list_all(api, "/api/v1/nodes"))
     if not target.created:
@@ -312,7 +313,7 @@ def run_all(api: client.ApiClient, profile, target: Target, run_id: str, say: Ca
     members = sorted(n["metadata"]["name"] for n in pool)
     run = WatchRun(target, nodes, len(members))
     svc = PerNodeService(api, target.namespace, run_id, members, target.name, profile.watch_create_concurrency,
-                         tolerations=node_tolerations(pool))
+                         tolerations=node_tolerations(pool), by_name=owned)
     svc.create()
     try:
         for size in profile.watch_sizes:

@@ -2,12 +2,21 @@
 
 Why this Service: the seed cluster's watch bandwidth came from Services with
 one endpoint per node, watched by every node's kube-proxy: each endpoint
-change is sent to every watcher. The pods are tiny CPU pods placed the way
-a node-exporter DaemonSet's are: each pinned to its node by node affinity on
-``metadata.name`` and scheduled by kube-scheduler (never ``spec.nodeName``,
-which the harness's identity may not set: docs/rbac.md), tolerating exactly
-that node's taints (``tolerations``, per node). The scheduler's
-binds come before the measurement window, which counts watch bytes only; kwok
+change is sent to every watcher. The pods are tiny CPU pods, each tolerating
+exactly its node's taints (``tolerations``, per node) and placed one of two
+ways (``by_name``):
+
+- on a cluster the harness does not own, the way a node-exporter DaemonSet's
+  are: pinned to its node by node affinity on ``metadata.name`` and scheduled
+  by kube-scheduler (its identity may not set ``spec.nodeName`` there:
+  docs/rbac.md);
+- on its own embedded cluster, as its admin, bound by ``nodeName``: thousands
+  of binds and scheduler Events would measure the scheduler, not the
+  endpoints, and on the 2-core machine beside the self-tests' clusters the
+  API server answered them 504 (seen 2026-11-27).
+
+Either way the pods are in place before the measurement window, which counts
+watch bytes only; kwok
 gives the pods IPs from their node's podCIDR and makes them Ready, so
 kube-controller-manager maintains both the EndpointSlices and the Endpoints
 of the Service.
@@ -109,6 +118,7 @@ class PerNodeService:
     name: str = "per-node"
     concurrency: int = 24
     tolerations: dict[str, list[dict]] = field(default_factory=dict)   # per node: its own taints
+    by_name: bool = False            # bound by spec.nodeName (the harness's own cluster), else by the scheduler
     pods: dict[int, str] = field(default_factory=dict)
     generation: dict[int, int] = field(default_factory=dict)
     not_ready: set[int] = field(default_factory=set)
@@ -128,8 +138,11 @@ class PerNodeService:
         gen = self.generation.get(slot, 0)
         name = f"ep-{slot:05d}" + (f"-r{gen}" if gen else "")
         node = self.nodes[slot % len(self.nodes)]
-        return pod_body(name, self.run_id, labels={APP_LABEL: self.name}, node=node,
+        body = pod_body(name, self.run_id, labels={APP_LABEL: self.name}, node=None if self.by_name else node,
                         tolerations=list(self.tolerations.get(node, [])))
+        if self.by_name:
+            body["spec"]["nodeName"] = node
+        return body
 
     def _create(self, slots: list[int]) -> None:
         def one(slot: int) -> None:
