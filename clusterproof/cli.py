@@ -10,6 +10,7 @@
     clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
+    clusterproof profile --from-cluster [--cp-kubeconfig K] [-o FILE]   a profile read from a cluster's nodes
     clusterproof architecture            print the map of the tree (docs/architecture.md)
     clusterproof bench-tables [--write|--check]  the docs' figures tables, from reports/bench/*.json
     clusterproof load-worker --master HOST:PORT --locustfile burst|flood   a locust worker joining a run's master
@@ -36,6 +37,7 @@ JOBS = {
     "host-packages": "clusterproof.cluster.hostpkgs",
     "architecture": "clusterproof.architecture",
     "load-worker": "clusterproof.core.loadworker",
+    "profile": "clusterproof.cluster.site_profile",
 }
 BENCHES = ("apf", "bringup", "burst", "knee", "preflight", "prometheus", "watch_bandwidth")
 

@@ -39,7 +39,7 @@ from clusterproof.cluster import hostpkgs, realnodes
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint
-from clusterproof.kube.pods import create_pods, delete_pods
+from clusterproof.kube.pods import create_pods, delete_pods, explain_pods
 from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
@@ -117,7 +117,8 @@ def test_a_noexecute_taint_kills_the_running_container_and_the_kubelet_refuses_a
     create_pods(api, namespace, [victim])
     pod = wait_for(lambda: get_if_present(api, f"/api/v1/namespaces/{namespace}/pods/evict-victim"),
                    until=lambda p: startup_server_s(p or {}) is not None, timeout=60, interval=0.5,
-                   what="the victim container running on the real node")
+                   what="the victim container running on the real node",
+                   explain=lambda _: explain_pods(api, namespace, ["evict-victim"]))
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     assert cid in _tasks(rn), f"containerd on {rn.name} does not run the victim's container {cid[:12]}"
     taint = {"key": EVICT_TAINT, "value": run_id[:63], "effect": "NoExecute"}

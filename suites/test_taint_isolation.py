@@ -49,7 +49,7 @@ from clusterproof.kube.apicalls import refused_by_rbac
 from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import CHECK_TAINTS
-from clusterproof.kube.pods import create_pods, pod_events, terminating, try_create
+from clusterproof.kube.pods import create_pods, explain_pods, pod_events, terminating, try_create
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
 from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
 from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
@@ -409,7 +409,9 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
         wait_for(lambda: {p["metadata"]["name"]: p["status"].get("phase")
                           for p in list_raw(api, "/api/v1/pods", {"labelSelector": sel})["items"]},
                  until=lambda s: len(s) == len(plan) + 1 and all(v == "Running" for v in s.values()),
-                 timeout=profile.taint_timeout_s, interval=0.5, what=f"pods Running on {node.name}")
+                 timeout=profile.taint_timeout_s, interval=0.5, what=f"pods Running on {node.name}",
+                 explain=lambda s: explain_pods(api, None, [f"{ns}/{n}" for ns, n in created
+                                                            if s.get(n) != "Running"], len(created)))
 
         node.taint(noschedule)
         disturbed = pl.watch_for_changes(api, sel, profile.taint_observe_s, _left_running)
@@ -426,7 +428,9 @@ def test_noexecute_team_taint_evicts_running_pods_but_noschedule_does_not(cluste
         try:
             wait_for(lambda: {(ns, n) for ns, n in victims if terminating(check_pods(api, ns, "evict").get(n))},
                      until=lambda gone: gone == victims, timeout=profile.taint_timeout_s, interval=0.5,
-                     what=f"pods without a NoExecute toleration evicted from {node.name}")
+                     what=f"pods without a NoExecute toleration evicted from {node.name}",
+                     explain=lambda gone: explain_pods(api, None, [f"{ns}/{n}" for ns, n in victims - gone],
+                                                       len(victims)))
             figures.add("NoExecute taint -> pods without its toleration evicted", time.monotonic() - t0, "s",
                         profile.taint_timeout_s, headline=True)
         except AssertionError as e:

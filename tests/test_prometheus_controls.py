@@ -1,8 +1,9 @@
 """Negative controls for suites/test_prometheus_limits.py.
 
 The suite runs as a user types it against this session's embedded cluster
-(``--kubeconfig``), each run starting its own embedded Prometheus (scraping
-that API server with the kubeconfig's credentials) over the smoke history:
+(``--cp-kubeconfig``), each run starting its own embedded Prometheus (scraping
+that API server with the kubeconfig's credentials) over the smoke history
+(1,000 nodes), or a smaller one:
 
 - healthy limits: every check passes (the unbounded series API is its
   strict expected failure);
@@ -11,6 +12,12 @@ that API server with the kubeconfig's credentials) over the smoke history:
   query ran;
 - a huge ``prometheus_max_samples``: the max-samples check fails, naming
   ``--query.max-samples`` and the samples the query asked for;
+- a 200-node history (a site profile's ``nodes``, as a new user's run had):
+  the seed quantile alone answers under the 250 ms timeout, so it is sized
+  (copies added up) until it reaches the limit and is judged -- green with
+  the limits, still red without a query timeout; a 1-node history under a
+  5 s timeout cannot be filled: the timeout checks skip naming
+  ``prometheus_backfill_nodes``, never red;
 - prometheus-api-client with its default retries turns a timed-out query
   into ``RetryError`` after four requests, the body (and errorType) lost;
   the harness's client sends it once and shows ``503 timeout``;
@@ -35,7 +42,7 @@ HEAVY = ("test_the_seed_query_is_cut_at_the_query_timeout", "test_a_request_time
 
 
 def _args(cluster, profile, *extra):
-    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, *extra]
+    return [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, *extra]
 
 
 def test_prometheus_suite_passes_with_the_profile_limits(cluster, profile, tmp_path):
@@ -45,7 +52,7 @@ def test_prometheus_suite_passes_with_the_profile_limits(cluster, profile, tmp_p
 
 
 def test_without_a_query_timeout_the_timeout_checks_fail(cluster, profile, tmp_path):
-    run = run_pytest(_args(cluster, profile, "--set", "prometheus_query_timeout=10m"), tmp_path)
+    run = run_pytest(_args(cluster, profile, "--cp-set", "prometheus_query_timeout=10m"), tmp_path)
     assert run.returncode == 1, run.output[-3000:]
     for name in ("test_the_seed_query_is_cut_at_the_query_timeout[histogram-quantile]",
                  "test_a_request_timeout_cannot_extend_the_query_timeout",
@@ -61,7 +68,7 @@ def test_without_a_query_timeout_the_timeout_checks_fail(cluster, profile, tmp_p
 
 def test_with_a_huge_max_samples_the_max_samples_check_fails(cluster, profile, tmp_path):
     huge = 10 ** 12
-    run = run_pytest(_args(cluster, profile, "--set", f"prometheus_max_samples={huge}"), tmp_path)
+    run = run_pytest(_args(cluster, profile, "--cp-set", f"prometheus_max_samples={huge}"), tmp_path)
     assert run.returncode == 1, run.output[-3000:]
     msg = run.failures.get("test_a_query_over_max_samples_gets_422", "")
     assert f"--query.max-samples={huge}" in msg and "was not refused for loading too many samples" in msg, \
@@ -69,6 +76,57 @@ def test_with_a_huge_max_samples_the_max_samples_check_fails(cluster, profile, t
     assert "samples" in msg.split("on the server):", 1)[-1], msg[:1500]
     # the timeout still cuts the seed's queries
     assert "test_the_seed_query_is_cut_at_the_query_timeout[histogram-quantile]" in run.passed, run.output[-3000:]
+
+
+SMALL = "prometheus_backfill_nodes=200"     # 29,000 bucket series: the seed quantile alone takes ~0.2 s here
+CUT = ("test_the_seed_query_is_cut_at_the_query_timeout[histogram-quantile]",
+       "test_a_request_timeout_cannot_extend_the_query_timeout", "test_queries_above_max_concurrency_wait_in_the_queue")
+
+
+def _skips(output: str) -> dict[str, str]:
+    """``-rs`` lines: test name -> skip reason."""
+    out = {}
+    for line in output.splitlines():
+        if line.startswith("SKIPPED") and "::" in line:
+            where, _, reason = line.partition(": ")
+            out[where.rsplit("::", 1)[-1].strip()] = reason
+    return out
+
+
+def test_on_a_small_history_the_timeout_checks_judge_a_sized_query_and_none_is_a_false_red(cluster, profile,
+                                                                                            tmp_path):
+    """The new user's run: too little history for the seed's queries to reach the 250 ms timeout on their own."""
+    run = run_pytest(_args(cluster, profile, "--cp-set", SMALL, "-rs"), tmp_path)
+    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+    for name in CUT:
+        assert name in run.passed, f"{name}: {_skips(run.output).get(name) or run.output[-3000:]}"
+    # the long range query selects 29,000 series x 121 steps: over max-samples before the timeout, said so
+    long_range = "test_the_seed_query_is_cut_at_the_query_timeout[long-range]"
+    if long_range not in run.passed:
+        why = _skips(run.output).get(long_range, "")
+        assert "--query.max-samples" in why and "another limit" in why, why or run.output[-3000:]
+
+
+def test_without_a_query_timeout_a_small_history_is_still_red(cluster, profile, tmp_path):
+    run = run_pytest(_args(cluster, profile, "--cp-set", SMALL, "--cp-set", "prometheus_query_timeout=10m"), tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    for name in CUT:
+        msg = run.failures.get(name, "")
+        assert "--query.timeout=10m" in msg, f"{name}: {msg[:1500] or run.output[-2000:]}"
+    msg = run.failures[CUT[0]]     # sized (copies added up), unless the machine made the seed alone run past it
+    assert "was not cut by the query timeout" in msg and "it ran " in msg, msg[:1500]
+
+
+def test_on_a_history_of_almost_nothing_the_timeout_checks_skip_naming_the_key(cluster, profile, tmp_path):
+    """One node's history (145 bucket series, a few ms a copy) under a 5 s timeout: 64 copies stay far under
+    it, however loaded the machine."""
+    run = run_pytest(_args(cluster, profile, "--cp-set", "prometheus_backfill_nodes=1", "--cp-set",
+                           "prometheus_query_timeout=5s", "-rs"), tmp_path)
+    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+    skips = _skips(run.output)
+    for name in CUT:
+        assert "prometheus_backfill_nodes" in skips.get(name, ""), f"{name}: {skips.get(name) or run.output[-3000:]}"
+    assert "cannot judge" in skips[CUT[0]] and "not cut" not in skips[CUT[0]], skips[CUT[0]]
 
 
 def test_library_default_retries_hide_the_timeout_that_the_harness_client_shows(prometheus):
@@ -92,7 +150,7 @@ def test_library_default_retries_hide_the_timeout_that_the_harness_client_shows(
 
 
 def test_an_existing_prometheus_is_read_only_without_allow_destructive(cluster, profile, prometheus, tmp_path):
-    run = run_pytest(_args(cluster, profile, "--prometheus-url", prometheus.prom.url, "-rs"), tmp_path)
+    run = run_pytest(_args(cluster, profile, "--cp-prometheus-url", prometheus.prom.url, "-rs"), tmp_path)
     assert run.returncode == 0 and not run.failures, run.output[-3000:]
     for name in ("test_prometheus_runs_with_the_profile_query_limits", "test_a_cheap_query_answers",
                  "test_a_tiny_request_timeout_cuts_a_modest_query"):

@@ -236,3 +236,126 @@ def test_the_max_samples_query_is_sent_again_only_when_a_deadline_cut_it(monkeyp
                         made[queue.pop(0)])
     a = limits.send_past_the_deadline(None, "q", 5.0)
     assert len(calls) == sent and a is made[answers[-1]]
+
+
+# --- judging a timeout check: a query that never reached its limit judges nothing -------------------------------
+
+T, SLACK = 0.25, 0.5        # the smoke/base profile's prometheus_query_timeout and prometheus_timeout_slack_s
+
+
+def _answered(elapsed_s: float, own_s: float | None, samples: int = 4_350_000) -> Answer:
+    stats = {"samples": {"totalQueryableSamples": samples, "peakSamples": 29_013}}
+    if own_s is not None:
+        stats["timings"] = {"execTotalTime": own_s, "execQueueTime": 0.0001}
+    return Answer(200, elapsed_s, data={"resultType": "vector", "result": [], "stats": stats})
+
+
+CUT_422 = Answer(422, 0.27, "execution", "expanding series: context deadline exceeded")
+CUT_503 = Answer(503, 0.26, "timeout", "query timed out in expression evaluation")
+MAX_SAMPLES = Answer(422, 0.12, "execution", "query processing would load too many samples into memory in query "
+                                             "execution")
+
+
+@pytest.mark.parametrize("answer, kind", [
+    (CUT_422, "cut"), (CUT_503, "cut"),
+    (MAX_SAMPLES, "max-samples"),                         # another limit stopped it: not "not cut"
+    (_answered(0.26, 0.19), "under"),                     # the new user's case: 0.19-0.26 s against 250 ms
+    (_answered(0.30, None), "under"),                     # no stats: the client's time, same bound
+    (_answered(0.74, 0.74), "under"),                     # within the slack a cut may take too
+    (_answered(3.2, 3.1), "ran-past"),                    # Prometheus without a useful --query.timeout
+    (Answer(0, 55.0, "no-answer", "ReadTimeout: no answer within 55 s"), "ran-past"),
+    (Answer(400, 0.01, "bad_data", "parse error"), "failed"),
+])
+def test_an_answer_is_placed_against_the_timeout(answer, kind):
+    from clusterproof.prometheus.limits import reach
+    assert reach(answer, T, SLACK) == kind
+
+
+def _sent(answer, copies=1, lighter=()):
+    from clusterproof.prometheus.limits import Sent
+    from clusterproof.prometheus.queries import repeated
+    return Sent(repeated(seed_queries(1000.0, 1740)[0], copies), answer, list(lighter))
+
+
+def _judge(sent, server="250ms"):
+    from clusterproof.prometheus.limits import judge_cut
+    return judge_cut(sent, T, SLACK, "250ms", server, "raise prometheus_backfill_nodes (now 0)")
+
+
+def test_a_query_answered_under_the_limit_cannot_judge_it_and_names_the_key():
+    j = _judge(_sent(_answered(0.26, 0.19)))
+    assert j.outcome == "skip", j
+    assert "cannot judge the query timeout" in j.message and "prometheus_backfill_nodes" in j.message, j.message
+    assert "not cut" not in j.message and "0.190 s" in j.message, j.message
+
+
+def test_a_query_refused_by_max_samples_is_said_to_meet_another_limit_not_called_uncut():
+    j = _judge(_sent(MAX_SAMPLES))
+    assert j.outcome == "skip", j
+    assert "--query.max-samples" in j.message and "another limit" in j.message and "not cut" not in j.message, \
+        j.message
+
+
+def test_a_query_that_ran_past_the_timeout_is_red_naming_the_server_flag_and_what_it_read():
+    j = _judge(_sent(_answered(3.2, 3.1)), server="10m")
+    assert j.outcome == "fail", j
+    for part in ("was not cut by the query timeout", "--query.timeout=10m", "it ran 3.10 s", "4,350,000 samples"):
+        assert part in j.message, j.message
+
+
+@pytest.mark.parametrize("answer, outcome", [(CUT_422, "pass"), (Answer(503, 0.9, "timeout", "query timed out in "
+                                                                         "query execution"), "fail")])
+def test_a_cut_query_passes_only_within_the_timeout_and_slack(answer, outcome):
+    assert _judge(_sent(answer)).outcome == outcome
+
+
+def test_repeated_copies_add_up_the_seed_expression():
+    from clusterproof.prometheus.queries import repeated
+    q = seed_queries(1000.0, 1740)[0]
+    assert repeated(q, 1) is q
+    r = repeated(q, 3)
+    assert r.copies == 3 and r.expr == " + ".join([f"({q.expr})"] * 3) and "3 copies" in r.what
+    assert (r.at, r.start, r.step_s, r.id) == (q.at, q.start, q.step_s, q.id)
+
+
+@pytest.mark.parametrize("own_s, copies", [(0.19, 8), (0.75, 2), (0.0001, 64)])
+def test_copies_are_sized_to_run_twice_the_timeout_and_slack(own_s, copies):
+    from clusterproof.prometheus.limits import copies_for
+    assert copies_for(_sent(_answered(own_s, own_s)), T, SLACK) == copies
+
+
+class _History:
+    """A Prometheus over a small history: each copy of the seed expression costs ``per_copy_s``; with a timeout
+    (``None``: none) it cuts a query whose own time would pass it."""
+
+    def __init__(self, per_copy_s: float, timeout_s: float | None):
+        self.per_copy_s, self.timeout_s, self.sent = per_copy_s, timeout_s, []
+
+    def send(self, prom, q, wait, timeout=None):
+        self.sent.append(q.copies)
+        own = q.copies * self.per_copy_s
+        if self.timeout_s is not None and own > self.timeout_s:
+            return Answer(422, self.timeout_s + 0.01, "execution", "expanding series: context deadline exceeded")
+        return _answered(own + 0.01, own)
+
+
+@pytest.mark.parametrize("per_copy_s, timeout_s, copies, outcome", [
+    (0.19, T, [1, 8], "pass"),                 # the new user's 200-node history: sized, then cut in time
+    (0.19, None, [1, 8], "fail"),              # the same history without a query timeout: still red
+    (2.5, T, [1], "pass"),                     # a big history: the seed alone is cut
+    (2.5, None, [1], "fail"),
+    (0.0005, T, [1, 64], "skip"),              # a history of nothing: 64 copies still under the limit
+])
+def test_a_seed_query_is_sized_to_the_history_and_judged_only_where_it_reached_the_limit(
+        monkeypatch, per_copy_s, timeout_s, copies, outcome):
+    from clusterproof.prometheus import limits
+    history = _History(per_copy_s, timeout_s)
+    monkeypatch.setattr(limits, "send_or_no_answer", history.send)
+    seed = seed_queries(1000.0, 1740)[0]
+    sent = limits.sized_to_the_timeout(None, seed, history.send(None, seed, 60), T, SLACK, 60)
+    assert history.sent == copies and sent.query.copies == copies[-1]
+    assert [s.query.copies for s in sent.lighter] == copies[:-1]
+    j = _judge(sent, server="10m" if timeout_s is None else "250ms")
+    assert j.outcome == outcome, j.message
+    if outcome == "skip":
+        assert "with 1 copy it answered" in j.message and "prometheus_backfill_nodes" in j.message, j.message

@@ -30,7 +30,7 @@ from clusterproof.kube.informer import Informer
 from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.placement import refusal
 from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.pods import create_pods, delete_pods, list_pods, pod_events, terminating
+from clusterproof.kube.pods import create_pods, delete_pods, explain_pods, list_pods, pod_events, terminating
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"        # Coscheduling's membership label
 GANG_LABEL = "clusterproof.io/gang"                      # ours, on every gang pod (both backends)
@@ -304,7 +304,8 @@ def watch_until_bound(api: client.ApiClient, gang: Gang, timeout: float, give_up
                f"last pod was created, {len(state.bound[gang.name])} of {len(members)} pods bound"
                if timed_out else f"not bound completely within {timeout:g} s")
         raise AssertionError(partial_message(state, f"gang {gang.name}: {why}") if state.partial() else
-                             f"gang {gang.name}: none of {len(members)} pods bound; {why}")
+                             f"gang {gang.name}: none of {len(members)} pods bound; {why}; "
+                             + explain_pods(api, gang.namespace, members))
     return done_at[0]
 
 
@@ -379,7 +380,8 @@ def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: f
         return {n: b.get(n) for n in names}
     with phase(f"wait until {what}"):
         return wait_for(unbound, until=lambda m: all(m.values()), timeout=timeout, interval=0.5, what=what,
-                        describe=lambda m: f"{sum(1 for v in m.values() if v)} of {len(names)} bound")
+                        describe=lambda m: f"{sum(1 for v in m.values() if v)} of {len(names)} bound",
+                        explain=lambda m: explain_pods(api, ns, [n for n, v in m.items() if not v], len(names)))
 
 
 def probe_scheduler(api: client.ApiClient, ns: str, run_id: str, scheduler: str, place: Placement,

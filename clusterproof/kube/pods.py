@@ -9,7 +9,10 @@ once:
   verdicts about its predecessor;
 - "pods deleted" means gone from the API, not merely terminating (a
   terminating pod still holds its node);
-- a delete that finds nothing (404) is not an error (``delete_if_present``).
+- a delete that finds nothing (404) is not an error (``delete_if_present``);
+- a wait on pods that runs out says what the cluster said about them
+  (``explain_pods``: phase, conditions, container states, Events, one
+  bounded line), never "last seen: Pending" or the pod's JSON.
 """
 from __future__ import annotations
 
@@ -27,10 +30,18 @@ from clusterproof.kube.client import (
     create_object,
     delete_each,
     delete_if_present,
+    get_if_present,
     list_all,
     list_raw,
     raw_request,
 )
+
+# explain_pods: each piece of what was said is cut to PIECE characters, a pod's line to POD_LINE, and at most
+# SHOW_PODS pods and SHOW_EVENTS of each one's latest distinct Events are shown.
+PIECE = 220
+POD_LINE = 900
+SHOW_PODS = 3
+SHOW_EVENTS = 3
 
 
 def pods_path(ns: str) -> str:
@@ -159,3 +170,86 @@ def wait_namespaces_gone(api: client.ApiClient, run_id: str, timeout: float = 30
                       if n["metadata"].get("deletionTimestamp"))
     wait_for(terminating, until=lambda left: not left, timeout=timeout, interval=0.5,
              what="this run's deleted namespaces gone")
+
+
+def _cut(text: str, n: int = PIECE) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _said(reason: str, message: str) -> str:
+    return _cut(f"{reason}: {message}" if reason and message else reason or message)
+
+
+def _event_time(e: dict) -> str:
+    return (e.get("lastTimestamp") or (e.get("series") or {}).get("lastObservedTime") or e.get("eventTime")
+            or e["metadata"].get("creationTimestamp") or "")
+
+
+def pod_story(name: str, pod: dict | None, events: list[dict] = ()) -> str:
+    """What the cluster says about a pod, in one line: its phase (and node), the reason the pod itself gives,
+    each container's waiting or terminated reason and message, its conditions that are not True (reason:
+    message), and its latest distinct Events (reason, how often, who said it: message). Bounded: every piece
+    ``PIECE`` characters, the line ``POD_LINE``. Pure (``events``: core/v1 Events about this pod)."""
+    parts = []
+    if pod is None:
+        parts.append("gone from the API")
+    else:
+        st = pod.get("status") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        parts.append((st.get("phase") or "no phase yet") + (f" on {node}" if node else ", not bound to a node")
+                     + (f" ({_said(st.get('reason', ''), st.get('message', ''))})"
+                        if st.get("reason") or st.get("message") else ""))
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            for kind in ("waiting", "terminated"):
+                s = (cs.get("state") or {}).get(kind)
+                if s is not None and (s.get("reason") or s.get("message")):
+                    code = f" exit {s['exitCode']}" if "exitCode" in s else ""
+                    why = _said(s.get("reason", ""), s.get("message", ""))
+                    parts.append(f"container {cs.get('name')} {kind}{code}: {why}")
+        for c in st.get("conditions") or []:
+            if c.get("status") != "True":
+                parts.append(f"{c.get('type')}={c.get('status')}"
+                             + (f" ({_said(c.get('reason', ''), c.get('message', ''))})"
+                                if c.get("reason") or c.get("message") else ""))
+    seen, said = set(), []
+    for e in sorted(events, key=_event_time, reverse=True):
+        key = (e.get("reason"), e.get("message"))
+        if key in seen:
+            continue
+        seen.add(key)
+        count = (e.get("series") or {}).get("count") or e.get("count") or 1
+        who = (e.get("source") or {}).get("component") or e.get("reportingComponent") or ""
+        said.append(f"{e.get('reason', '?')}" + (f" x{count}" if count > 1 else "") + (f" ({who})" if who else "")
+                    + f": {_cut(e.get('message') or e.get('note') or '')}")
+        if len(said) == SHOW_EVENTS:
+            break
+    parts.append("Events: " + ("; ".join(said) if said else "none"))
+    return _cut(f"pod {name}: " + "; ".join(parts), POD_LINE)
+
+
+def events_about(api: client.ApiClient, ns: str, name: str, pod: dict | None = None) -> list[dict]:
+    """The core/v1 Events about pod ``name``: its own by uid where both carry one (a pod created again under the
+    name does not inherit its predecessor's), else by name."""
+    items = list_raw(api, f"/api/v1/namespaces/{ns}/events",
+                     {"fieldSelector": f"involvedObject.kind=Pod,involvedObject.name={name}"})["items"]
+    uid = (pod or {}).get("metadata", {}).get("uid")
+    return [e for e in items if not uid or not e["involvedObject"].get("uid") or e["involvedObject"]["uid"] == uid]
+
+
+def explain_pods(api: client.ApiClient, ns: str | None, names, total: int | None = None) -> str:
+    """What the cluster said about the pods a wait still waits for (``wait_for(explain=...)``): the first
+    ``SHOW_PODS`` of ``names`` (sorted; ``namespace/name`` each when ``ns`` is None, as ``list_pods`` names
+    them), each as ``pod_story``, and how many more; ``total``: how many pods the wait is about, if more than
+    ``names``. Reads each shown pod and its Events once."""
+    names = sorted(names)
+    if not names:
+        return "no pod is left to wait for"
+    lines = []
+    for ref in names[:SHOW_PODS]:
+        where, name = ref.split("/", 1) if ns is None else (ns, ref)
+        pod = get_if_present(api, f"{pods_path(where)}/{name}")
+        lines.append(pod_story(f"{where}/{name}", pod, events_about(api, where, name, pod)))
+    more = f"; and {len(names) - SHOW_PODS} more not there yet" if len(names) > SHOW_PODS else ""
+    of = f" of {total}" if total and total > len(names) else ""
+    return f"{len(names)}{of} pod(s) not there yet -- " + " | ".join(lines) + more

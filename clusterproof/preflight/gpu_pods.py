@@ -27,7 +27,7 @@ from clusterproof.core.errors import HarnessError
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_all, raw_request
 from clusterproof.kube.pod_spec import pod_body, tolerating
-from clusterproof.kube.pods import create_pods, list_pods, try_create
+from clusterproof.kube.pods import create_pods, explain_pods, list_pods, try_create
 from clusterproof.preflight.contract import Marks, evictable
 from clusterproof.preflight.mock_nvml import checker_env, library_dir, run_checker
 
@@ -113,8 +113,12 @@ def run_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: dict[st
                                "preflight_image to an image your GPU nodes can pull "
                                "(see clusterproof/preflight/checker/Dockerfile)")
         return out
+
+    def unfinished(o) -> list[str]:
+        return [b["metadata"]["name"] for node, b in bodies.items() if o.get(node, ("",))[0] != "done"]
     done = wait_for(outcomes, until=lambda o: len(o) == len(bodies) and all(k == "done" for k, _ in o.values()),
-                    timeout=timeout, interval=2, what=f"{len(bodies)} checker pod(s) finished")
+                    timeout=timeout, interval=2, what=f"{len(bodies)} checker pod(s) finished",
+                    explain=lambda o: explain_pods(api, ns, unfinished(o), len(bodies)))
     verdicts = {}
     for pod_name, node in pod_of.items():
         log = raw_request(api, "GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",

@@ -6,15 +6,41 @@ are the same numbers. What is sent is ``clusterproof/prometheus/queries.py``; th
 orders it and measures (RSS sampled before as the idle figure, then
 throughout; ``up`` read back afterwards).
 
-Order: each seed query alone; the seed quantile again with a request
-``timeout=`` far above the server's limit; the max-samples query; the series
-API with ``limit``; then ``burst_factor`` x max-concurrency seed quantiles at
-once; then a cheap query. The unbounded series request is not in this
-window (``series_unbounded``): nothing limits it, and the bound on memory
-is about what the limits are meant to bound.
+Order: each seed query alone (sized to the history, below); the seed quantile
+again with a request ``timeout=`` far above the server's limit; the
+max-samples query; the series API with ``limit``; then ``burst_factor`` x
+max-concurrency seed quantiles at once; then a cheap query. The unbounded
+series request is not in this window (``series_unbounded``): nothing limits
+it, and the bound on memory is about what the limits are meant to bound.
+
+A limit check judges only a query that reached its limit (``reach``,
+``judge_cut``). Prometheus answers a query that ran to its end with its own
+time (``stats=all``: ``execTotalTime``, the time it ran under the engine's
+deadline, queue included); a query cut by the deadline answers with a
+deadline error. So an answer is one of:
+
+- cut by the deadline: judged (within the timeout + slack, or late: red);
+- refused by ``--query.max-samples``: another limit stopped it before the
+  timeout could act -- it says nothing about the timeout (skip, saying so;
+  the max-samples check judges that limit);
+- answered, its own time past the timeout + slack: the query reached the
+  deadline and ran on -- the limit does not hold (red);
+- answered within the timeout + slack: it never ran long enough to need
+  cutting, whatever the server's timeout is -- "big enough" is measured, not
+  assumed. The history was too small for it: the harness sizes the query to
+  the history (``sized_to_the_timeout``: the seed's expression added up
+  ``copies`` times, from the own time it measured, so that uncut it would run
+  ``SIZE_TARGET`` x (timeout + slack)); still under the limit at
+  ``MAX_COPIES`` copies (a history of almost nothing), the check skips,
+  naming ``prometheus_backfill_nodes``.
+
+A Prometheus without a working timeout is therefore red on any history the
+sizing can fill (its sized query runs ~2x past the timeout and is answered),
+and a healthy one is never red for a query too light to reach its limit.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +52,7 @@ from clusterproof.prometheus.queries import (
     EVERY_BUCKET,
     Query,
     max_samples_query,
+    repeated,
     seed_queries,
     synthetic_max_samples_query,
 )
@@ -42,18 +69,141 @@ BYTES_PER_SAMPLE = 16      # a float sample in a query's memory (timestamp + val
 BYTES_PER_SERIES = 256
 # Time queries waited for a --query.max-concurrency slot, as Prometheus (2.x and 3.x) counts it.
 QUEUE_TIME = 'prometheus_engine_query_duration_seconds_sum{slice="queue_time"}'
+# Sizing a seed query to the history (``sized_to_the_timeout``): enough copies that, uncut, it would run this many
+# times the timeout + slack (a margin for a machine that runs the copies faster than the first, warm caches);
+# at most MAX_COPIES copies (from an own time of timeout + slack / 32: below that the history holds almost
+# nothing), in at most SIZING_ROUNDS more queries.
+SIZE_TARGET = 2.0
+MAX_COPIES = 64
+SIZING_ROUNDS = 3
+
+# How an answer stands to the query timeout (``reach``).
+CUT, RAN_PAST, UNDER, OTHER_LIMIT, FAILED = "cut", "ran-past", "under", "max-samples", "failed"
 
 
 @dataclass
 class Sent:
     query: Query
     answer: Answer
+    # the same query with fewer copies, answered under the limit before this one was sent (``sized_to_the_timeout``)
+    lighter: list["Sent"] = field(default_factory=list)
+
+
+def own_time_s(a: Answer) -> float | None:
+    """The time the engine ran the query under its deadline (``execTotalTime`` of ``stats=all``; queue
+    included), where Prometheus answered it whole; None otherwise."""
+    t = (a.stats.get("timings") or {}).get("execTotalTime") if a.ok else None
+    return float(t) if isinstance(t, (int, float)) else None
+
+
+def reach(a: Answer, timeout_s: float, slack_s: float) -> str:
+    """Where an answer stands to a query timeout of ``timeout_s`` (the module's docstring says why):
+    ``CUT``, ``OTHER_LIMIT`` (max-samples), ``RAN_PAST`` (answered, or no answer at all, past timeout + slack),
+    ``UNDER`` (answered within them: never reached the limit) or ``FAILED`` (any other error). Pure."""
+    if a.deadline:
+        return CUT
+    if a.too_many_samples:
+        return OTHER_LIMIT
+    if a.status == 0:            # the client gave up long after the deadline (``send_or_no_answer``)
+        return RAN_PAST
+    if not a.ok:
+        return FAILED
+    own = own_time_s(a)
+    return RAN_PAST if (a.elapsed_s if own is None else own) > timeout_s + slack_s else UNDER
+
+
+def copies_for(sent: Sent, timeout_s: float, slack_s: float) -> int:
+    """How many copies of the seed expression would run ``SIZE_TARGET`` x (timeout + slack) uncut, from what
+    ``sent`` (answered under the limit) took; at most ``MAX_COPIES``. Pure."""
+    own = own_time_s(sent.answer) or sent.answer.elapsed_s
+    per_copy = max(own, 1e-3) / sent.query.copies
+    return min(MAX_COPIES, math.ceil(SIZE_TARGET * (timeout_s + slack_s) / per_copy))
+
+
+def sized_to_the_timeout(prom: Prom, seed: Query, first: Answer, timeout_s: float, slack_s: float,
+                         wait: float) -> Sent:
+    """The seed query, sized to the history: while its answer came under the limit, the seed expression is
+    added up more times (``clusterproof.prometheus.queries.repeated``) and sent again; the last answer
+    stands (and is judged), the lighter ones ride along in ``Sent.lighter``."""
+    sent = Sent(seed, first)
+    for _ in range(SIZING_ROUNDS):
+        if reach(sent.answer, timeout_s, slack_s) != UNDER:
+            break
+        copies = copies_for(sent, timeout_s, slack_s)
+        if copies <= sent.query.copies:
+            break
+        q = repeated(seed, copies)
+        sent = Sent(q, send_or_no_answer(prom, q, wait), [*sent.lighter, sent])
+    return sent
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A timeout check's verdict on one answer: "pass", "skip" (cannot judge) or "fail", with its line."""
+    outcome: str
+    message: str
+
+
+def _sizing_note(sent: Sent) -> str:
+    return "".join(f"; with {s.query.copies} cop{'y' if s.query.copies == 1 else 'ies'} it answered in "
+                   f"{s.answer.elapsed_s:.2f} s" for s in sent.lighter)
+
+
+def judge_cut(sent: Sent, timeout_s: float, slack_s: float, required: str, server_timeout: str,
+              too_light: str) -> Judgement:
+    """A seed query must be cut by the query timeout within ``timeout_s`` + ``slack_s``. ``required``: the
+    timeout the profile asks for; ``server_timeout``: the server's own ``--query.timeout``; ``too_light``: what
+    would make the query heavy enough, said when it cannot judge. Pure."""
+    a, bound, what = sent.answer, timeout_s + slack_s, sent.query.what
+    kind = reach(a, timeout_s, slack_s)
+    if kind == CUT:
+        if a.elapsed_s <= bound:
+            return Judgement("pass", f"{what} was cut after {a.elapsed_s:.2f} s: {a}")
+        return Judgement("fail", f"{what} was cut ({a.status} {a.error_type}: {a.error}) only after "
+                                 f"{a.elapsed_s:.2f} s, more than the query timeout {timeout_s:g} s + "
+                                 f"{slack_s:g} s slack")
+    if kind == OTHER_LIMIT:
+        return Judgement("skip", (
+            f"cannot judge the query timeout: {what} was refused by --query.max-samples ({a}) before the "
+            f"timeout could act -- another limit (test_a_query_over_max_samples_gets_422 judges it), so this "
+            f"query says nothing about the timeout here; {too_light}"))
+    if kind == UNDER:
+        own = own_time_s(a)
+        took = f"its own time {own:.3f} s" if own is not None else f"{a.elapsed_s:.2f} s"
+        return Judgement("skip", (
+            f"cannot judge the query timeout: {what} answered whole within the {required} timeout + "
+            f"{slack_s:g} s slack ({took}{_sizing_note(sent)}): it never ran long enough to need cutting; "
+            f"{too_light}"))
+    if kind == FAILED:
+        return Judgement("fail", f"{what} failed with neither a deadline error nor an answer: {a}")
+    own = own_time_s(a)
+    total, _ = a.samples()
+    ran = (f"it ran {own:.2f} s by Prometheus' own count" if own is not None else
+           f"it ran more than {a.elapsed_s:.0f} s (no answer by then)" if a.status == 0 else
+           f"it ran {a.elapsed_s:.2f} s") + (f" and read {total:,} samples" if total else "")
+    return Judgement("fail", (
+        f"{what} was not cut by the query timeout ({required} required; --query.timeout={server_timeout} on the "
+        f"server): {a}; {ran}"))
+
+
+def too_light(target, profile, selected_series: int) -> str:
+    """What would give the timeout checks a query heavy enough to judge, on this kind of Prometheus."""
+    if target.history is not None:
+        h = target.history
+        now = profile.prometheus_backfill_nodes or f"0, i.e. the profile's nodes, {profile.nodes}"
+        return (f"the embedded Prometheus' history of {h.shape.nodes:,} nodes ({h.bucket_series:,} bucket series) "
+                f"is too small for it: raise prometheus_backfill_nodes (now {now}; the smoke profile's 1,000 "
+                "nodes take seconds here)")
+    return (f"the Prometheus at {target.prom.url} holds {selected_series:,} {EVERY_BUCKET} series over the last "
+            f"{profile.prometheus_backfill_minutes} minutes (prometheus_backfill_minutes), too few for it: judge "
+            "its timeout where it holds a cluster's worth of histograms, or judge the embedded Prometheus "
+            "(no --prometheus-url)")
 
 
 @dataclass
 class Pathological:
-    seed: dict[str, Sent]
-    request_timeout: Sent           # the seed quantile, asking for a timeout far above the limit
+    seed: dict[str, Sent]           # each seed query, sized to the history (``sized_to_the_timeout``)
+    request_timeout: Sent           # the seed quantile as sized, asking for a timeout far above the limit
     max_samples: Sent
     series_limited: Answer
     series_limited_count: int
@@ -61,12 +211,13 @@ class Pathological:
     burst_queue_s: float | None     # time the burst's queries spent in the engine's queue (its own figure)
     idle_process: int | None        # RSS from the OS before the queries
     idle_metric: float | None       # process_resident_memory_bytes before the queries
-    selected_series: int            # series the seed queries select ({le!=""}), as far as known
+    selected_series: int            # series a seed query selects ({le!=""} x its copies), as far as known
     rss: PeakRss
     t_start: float                  # wall clock
     t_end: float
     cheap_after: Answer
     requested_timeout: str = ""
+    bucket_series: int = 0          # {le!=""} series in the Prometheus (one copy's selection)
 
     @property
     def idle(self) -> float:
@@ -137,22 +288,24 @@ def run_pathological(target, profile, burst_factor: int = 3, wait: float | None 
     idle_process = server.rss_bytes() if server is not None else None
     idle_metric = prom.own_metric("process_resident_memory_bytes")
     t_start = time.time()
+    t, slack = target.timeout_s, profile.prometheus_timeout_slack_s
     with PeakRss(server, prom) as rss:
-        sent = {q.id: Sent(q, send_or_no_answer(prom, q, wait)) for q in seeds}
-        request_timeout = Sent(seeds[0], send_or_no_answer(prom, seeds[0], wait, timeout=asked))
+        sent = {q.id: sized_to_the_timeout(prom, q, send_or_no_answer(prom, q, wait), t, slack, wait) for q in seeds}
+        heavy = sent[seeds[0].id].query     # the seed quantile, as many copies as this history needs
+        request_timeout = Sent(heavy, send_or_no_answer(prom, heavy, wait, timeout=asked))
         max_samples = Sent(over, send_past_the_deadline(prom, over, wait))
         limited, limited_n = prom.series_count(EVERY_BUCKET, limit=profile.prometheus_series_limit, wait_s=wait)
         n = burst_factor * profile.prometheus_max_concurrency
         queue_before = prom.own_metric(QUEUE_TIME)
         with ThreadPoolExecutor(n) as pool:
-            burst = list(pool.map(lambda _: send_or_no_answer(prom.clone(), seeds[0], wait),
-                                  range(n)))
+            burst = list(pool.map(lambda _: send_or_no_answer(prom.clone(), heavy, wait), range(n)))
         queue_after = prom.own_metric(QUEUE_TIME)
     t_end = time.time()
     cheap = prom.query("count(up)", wait_s=wait)
     queued_s = (queue_after - queue_before) if queue_before is not None and queue_after is not None else None
+    copies = max(s.query.copies for s in sent.values())
     return Pathological(sent, request_timeout, max_samples, limited, limited_n, burst, queued_s, idle_process,
-                        idle_metric, selected, rss, t_start, t_end, cheap, asked)
+                        idle_metric, selected * copies, rss, t_start, t_end, cheap, asked, selected)
 
 
 @dataclass

@@ -11,7 +11,7 @@ Pure: no client, no server (the suite and the benchmark send them).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 EVERY_BUCKET = '{le!=""}'
 # Range queries may not return more points per series than this (Prometheus' API refuses more).
@@ -27,6 +27,7 @@ class Query:
     start: float | None = None
     step_s: float | None = None
     samples: int | None = None    # what it asks to load, where the harness knows
+    copies: int = 1               # how many times the seed's expression is added up in it (``repeated``)
 
     @property
     def is_range(self) -> bool:
@@ -48,6 +49,22 @@ def seed_queries(at: float, window_s: int) -> list[Query]:
               f"histogram_quantile(0.99, sum by (le) (rate({EVERY_BUCKET}[5m])))", at,
               start=at - window_s, step_s=15),
     ]
+
+
+def repeated(q: Query, copies: int) -> Query:
+    """``q``'s expression ``copies`` times over, added up: how the timeout checks size a seed query to a
+    history too small for one copy to run as long as the query timeout (``clusterproof.prometheus.limits``).
+
+    Why adding copies, not a longer window or a finer step: PromQL selects and evaluates every selector
+    of an expression on its own (no common sub-expression is shared), so the query's own time grows
+    with ``copies``, while after each copy the engine keeps only its result (one series: the quantile),
+    so its peak samples -- what ``--query.max-samples`` counts -- stay one copy's. A finer step or a
+    longer window would grow the samples too, and meet max-samples before the timeout.
+    """
+    if copies <= 1:
+        return q
+    return replace(q, what=f"{q.what}, {copies} copies added up", expr=" + ".join([f"({q.expr})"] * copies),
+                   copies=copies)
 
 
 def max_samples_query(at: float, window_s: int, nodes: list[str], series_per_node: int, max_samples: int) -> Query:
