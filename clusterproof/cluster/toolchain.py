@@ -233,6 +233,12 @@ PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus", "promtoo
 COMPONENTS = (KWOK, ETCD, KUBERNETES, KUBELET, SCHEDULER_PLUGINS, PROMETHEUS, MOCKNVML)
 # Not needed by a run: built when the workflows are linted (make lint-workflows, the self-tests).
 ACTIONLINT = Component("actionlint", ACTIONLINT_VERSION, ("actionlint",))
+# Not needed by a run: the reader of --cp-export perfdata's file in the export self-test (tests/test_export.py):
+# the project's Go program decoding it into the type perfdash decodes ClusterLoader2's files into,
+# k8s.io/kubernetes/test/e2e/perftype.PerfData (perfdash itself is not on the module proxy). In a checkout only.
+PERFDATA_READER_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "perfdata_reader"
+PERFDATA_READER = Component("perfdata-reader", KUBERNETES_VERSION, ("perfdata-reader",),
+                            build=f"+src-{_source_hash(PERFDATA_READER_DIR)}")
 
 
 def prometheus_release(version: str = PROMETHEUS_VERSION) -> str:
@@ -342,10 +348,9 @@ def _write_wrapper(work: Path, requires: dict[str, str], replaces: dict[str, str
     (work / "go.mod").write_text("\n".join(lines) + "\n")
 
 
-def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
-    # k8s.io/kubernetes replaces every staging module with ./staging/...; a
-    # consumer must map each to its published v0.MINOR.PATCH tag instead.
-    version = c.version
+def _kubernetes_wrapper(go: str, version: str, work: Path, log: Path) -> None:
+    """``work/go.mod`` requiring k8s.io/kubernetes at ``version``. It replaces every staging module with
+    ./staging/...; a consumer must map each to its published v0.MINOR.PATCH tag instead."""
     info = _mod_download(go, f"k8s.io/kubernetes@{version}", work, log)
     gomod = Path(info["GoMod"]).read_text()
     staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", gomod, flags=re.M)
@@ -355,6 +360,11 @@ def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -
     staging_version = "v0." + version[len("v1."):]
     _write_wrapper(work, {"k8s.io/kubernetes": version},
                    {m: staging_version for m in staging})
+
+
+def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    version = c.version
+    _kubernetes_wrapper(go, version, work, log)
     pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in c.binaries]
     try:
         _run([go, "get", *[f"{p}@{version}" for p in pkgs]], work, log,
@@ -469,6 +479,18 @@ def _build_prometheus(go: str, work: Path, out: Path, log: Path, c: Component) -
           "./cmd/prometheus", "./cmd/promtool"], src, log, f"prometheus {PROMETHEUS_VERSION}", GOWORK="off")
 
 
+def _build_perfdata_reader(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    """The project's PerfData reader (tests/data/perfdata_reader): one Go file importing
+    k8s.io/kubernetes/test/e2e/perftype, built in a wrapper module at the control plane's version."""
+    if not (PERFDATA_READER_DIR / "main.go").is_file():
+        raise HarnessError(f"the PerfData reader's source is not here ({PERFDATA_READER_DIR}): it is built from a "
+                           "checkout, for the export self-test")
+    shutil.copy(PERFDATA_READER_DIR / "main.go", work / "main.go")
+    _kubernetes_wrapper(go, c.version, work, log)
+    _run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(out / "perfdata-reader"), "."], work, log,
+         f"perfdata-reader (perftype of k8s.io/kubernetes {c.version})")
+
+
 _BUILDERS = {
     "mocknvml": _build_mocknvml,
     "kwok": _build_kwok,
@@ -478,6 +500,7 @@ _BUILDERS = {
     "scheduler-plugins": _build_scheduler_plugins,
     "prometheus": _build_prometheus,
     "actionlint": _build_actionlint,
+    "perfdata-reader": _build_perfdata_reader,
 }
 
 
@@ -546,7 +569,7 @@ def named(name: str) -> Component:
         return kubernetes(name.split("@", 1)[1])
     if name.startswith("kubelet@"):
         return kubelet(name.split("@", 1)[1])
-    by_name = {c.name: c for c in (*COMPONENTS, ACTIONLINT)}
+    by_name = {c.name: c for c in (*COMPONENTS, ACTIONLINT, PERFDATA_READER)}
     if name not in by_name:
         raise HarnessError(f"no toolchain component {name!r} (known: {', '.join(by_name)}, kubernetes@VERSION)")
     return by_name[name]

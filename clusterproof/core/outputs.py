@@ -11,6 +11,8 @@ Now every run writes under its own run id::
         junit.xml               JUnit XML of every check (unless --junitxml names another place)
         summary.json            the run's checks and figures (a run of the suites)
         comparison.json         against --baseline, when given
+        perfdata.json           --cp-export perfdata: the figures as ClusterLoader2 PerfData (perfdash)
+        openmetrics.txt         --cp-export openmetrics: the figures as OpenMetrics text (Prometheus)
         html/                   the report ``./proof report`` built from this run
         upgrade.txt             the upgrade check's table (the TO run of ``make upgrade-check``)
       latest -> runs/<run id>   the run that started last (a symlink, replaced atomically)
@@ -72,6 +74,14 @@ class RunOutputs:
     @property
     def comparison(self) -> Path:
         return self.dir / "comparison.json"
+
+    @property
+    def perfdata(self) -> Path:
+        return self.dir / "perfdata.json"
+
+    @property
+    def openmetrics(self) -> Path:
+        return self.dir / "openmetrics.txt"
 
     @property
     def html(self) -> Path:

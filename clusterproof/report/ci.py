@@ -24,10 +24,18 @@ any other CI from these (only ``CLUSTERPROOF_CI_NAME`` is required)::
     CLUSTERPROOF_CI_BUILD_ORDER  this build's number (an integer: the trend charts' order)
     CLUSTERPROOF_CI_REPORT_URL   where this build's report will be (default: the build's page)
 
-Outside a CI it names the run (``local``, the run id). Pure: no pytest, no
-domain; the one call is in ``clusterproof.fixtures.report``, at the very end
-of the session (after every plugin has set the exit code). Nothing here may
-change a run's outcome: a file it cannot write is one line on stderr.
+Outside a CI it names the run (``local``, the run id).
+
+junit.xml (pytest's own, in the run's directory) carries each check's
+figures as properties of its ``<testcase>`` (``junit_properties``) and what
+produced the run as properties of the ``<testsuite>`` (clusterproof's version
+and commit, the Kubernetes versions, the profile's hash:
+``clusterproof.report.origin``), so a CI that reads only JUnit still has them.
+
+Pure: no pytest, no domain; called by ``clusterproof.fixtures.report``
+(``session_end`` at the very end of the session, after every plugin has set
+the exit code). Nothing here may change a run's outcome: a file it cannot
+write is one line on stderr.
 """
 from __future__ import annotations
 
@@ -38,8 +46,9 @@ from pathlib import Path
 from typing import Mapping
 
 from clusterproof.core import exitcodes, outputs
+from clusterproof.core.measurement import Figure
 from clusterproof.report import allure as allure_page
-from clusterproof.report import compare, timing
+from clusterproof.report import compare, origin, timing
 from clusterproof.report.summary import ReportSession
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -110,7 +119,7 @@ def step_summary(code: int, checks: Mapping[str, dict], summary: dict | None = N
         out.append(f"Run `{facts.get('id')}`: profile {facts.get('profile')}, {facts.get('nodes')} nodes, "
                    f"Kubernetes {facts.get('kubernetes')}, {kind} ({facts.get('backend')})"
                    + (f" + {facts['real_nodes']} real node(s)" if facts.get("real_nodes") else "")
-                   + f", {facts.get('seconds')} s.")
+                   + f", {facts.get('seconds')} s." + (f" Code: {origin.shown(facts)}." if origin.shown(facts) else ""))
     elif run is not None:
         out.append(f"Run `{run.run_id}`.")
     if stopped:
@@ -167,11 +176,26 @@ def step_summary(code: int, checks: Mapping[str, dict], summary: dict | None = N
                            f"| {tol} |")
             out.append("")
     if run is not None:
-        files = [n for n in ("junit.xml", "summary.json", "comparison.json", "allure-results")
+        files = [n for n in ("junit.xml", "summary.json", "comparison.json", "perfdata.json", "openmetrics.txt",
+                             "allure-results")
                  if (run.dir / n).exists()]
         out.append(f"Outputs: `{run.shown()}`" + (f" ({', '.join(files)})" if files else "")
                    + f"; its report: `./proof report {run.run_id}`.")
     return "\n".join(out) + "\n"
+
+
+def junit_properties(figures: list[Figure]) -> list[tuple[str, str]]:
+    """A check's figures as properties of its ``<testcase>`` in junit.xml: ``figure.<name>`` (the value, or
+    ``n/a``), ``figure.<name>.unit``, and with a threshold ``figure.<name>.threshold`` (``<= 5``) and
+    ``figure.<name>.verdict`` (within or beyond). Jenkins's JUnit plugin lists a test's properties on its
+    page (``keepProperties: true``); any reader of the XML finds them."""
+    out = []
+    for f in figures:
+        key = f"figure.{f.name}"
+        out += [(key, "n/a" if f.value is None else repr(f.value)), (f"{key}.unit", f.unit)]
+        if f.threshold is not None:
+            out += [(f"{key}.threshold", f"{f.op} {f.threshold:g}"), (f"{key}.verdict", f.verdict or "not measured")]
+    return out
 
 
 def executor(environ: Mapping[str, str], run_id: str) -> dict:

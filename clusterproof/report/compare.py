@@ -30,6 +30,7 @@ from pathlib import Path
 
 from clusterproof.core import exitcodes
 from clusterproof.core.measurement import Figure
+from clusterproof.report.origin import commit_shown
 
 SCHEMA = "clusterproof.summary/v1"
 REGRESSION_EXIT = exitcodes.REGRESSION   # 6: the checks passed but the run regressed against its baseline
@@ -261,11 +262,18 @@ def short_key(key: str, width: int) -> str:
     return head[:front] + "..." + head[len(head) - (room - front):] + sep + name
 
 
+def described(run: dict) -> str:
+    """A summary's run in one phrase: 'night-2 (v1.35.4, profile smoke, commit a1b2c3d4e5f6)' -- the
+    commit is what ``git log <baseline's commit>..HEAD`` needs (docs/triage.md); a summary from before
+    clusterproof recorded it names none."""
+    commit = run.get("commit")
+    return (f"{run.get('id', '?')} ({run.get('kubernetes', '?')}, profile {run.get('profile', '?')}"
+            + (f", commit {commit_shown(commit, run.get('dirty'))}" if commit else "") + ")")
+
+
 def text_table(c: Comparison, limit: int | None = None) -> str:
     """The comparison for a terminal or a ticket: flips first, then figures, worst first."""
-    out = [f"baseline: {c.baseline.get('id', '?')} ({c.baseline.get('kubernetes', '?')}, profile "
-           f"{c.baseline.get('profile', '?')})   now: {c.candidate.get('id', '?')} "
-           f"({c.candidate.get('kubernetes', '?')}, profile {c.candidate.get('profile', '?')})"]
+    out = [f"baseline: {described(c.baseline)}   now: {described(c.candidate)}"]
     if c.flips:
         out.append("checks that flipped:")
         out += [f"  {f.baseline:>8} -> {f.now:<8} {f.title}" for f in c.flips]
@@ -287,9 +295,7 @@ def html_table(c: Comparison) -> str:
     colour = {"regressed": "#c62828", "improved": "#2e7d32", "new": "#1565c0", "gone": "#6a1b9a"}
     parts = ["<html><body style='font-family:sans-serif;font-size:13px'>",
              f"<p><b>{'Regressed' if c.regressed else 'No regression'}</b>: {e(c.headline())}</p>",
-             f"<p>Baseline: {e(str(c.baseline.get('id')))} (Kubernetes {e(str(c.baseline.get('kubernetes')))}, "
-             f"profile {e(str(c.baseline.get('profile')))}). Now: {e(str(c.candidate.get('id')))} (Kubernetes "
-             f"{e(str(c.candidate.get('kubernetes')))}, profile {e(str(c.candidate.get('profile')))}).</p>"]
+             f"<p>Baseline: {e(described(c.baseline))}. Now: {e(described(c.candidate))}.</p>"]
     if c.flips:
         parts.append("<h4>Checks that flipped</h4><table border=1 cellpadding=3 style='border-collapse:collapse'>"
                      "<tr><th>check</th><th>baseline</th><th>now</th></tr>")

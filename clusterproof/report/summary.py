@@ -1,8 +1,10 @@
 """Every run's figures in one file, its verdict in the terminal, and the comparison with a baseline.
 
 Why: the Allure report is for reading; a run also needs a machine-readable
-record to compare with (``summary.json`` in the run's output directory: each check's outcome, and
-every figure a check measured with its unit and which direction is better),
+record to compare with (``summary.json`` in the run's output directory: what produced it --
+clusterproof's version and commit, the Kubernetes versions, the profile's hash, see
+``clusterproof.report.origin`` --, each check's outcome, and every figure a check measured with its
+unit and which direction is better),
 and a short table an SRE pastes into a chat. ``--baseline PATH`` compares
 this run with an earlier summary (or the median of a folder of them, see
 ``clusterproof.report.compare``): the table is printed, written to
@@ -27,6 +29,8 @@ from pathlib import Path
 
 from clusterproof.core.measurement import Figures
 from clusterproof.report import compare, timing
+from clusterproof.report.origin import Origin, Source, shown
+from clusterproof.report.origin import source as read_source
 
 BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
 
@@ -44,6 +48,20 @@ class ReportSession:
     summary_path: Path | None = None                          # written at the end of a suite run
     summary: dict | None = None
     comparison: compare.Comparison | None = None
+    source: Source | None = None                              # the code that ran: read once, when first needed
+    export_formats: tuple[str, ...] = ()                      # --cp-export (clusterproof.report.export)
+    pushgateway: str | None = None                            # --cp-pushgateway
+    exports: list[str] = field(default_factory=list)          # what the exports wrote, one line each
+
+    def code(self) -> Source:
+        """clusterproof's version and commit (``clusterproof.report.origin``), read from git once a session."""
+        if self.source is None:
+            self.source = read_source()
+        return self.source
+
+    def origin(self, profile, cluster) -> Origin:
+        """What produced this run's results: the code, the cluster's server version, the profile."""
+        return Origin.of(self.code(), profile, getattr(cluster, "server_version", None))
 
     def log_outcome(self, report) -> None:
         """One phase's report (a pytest TestReport) -> the check's outcome and its message."""
@@ -92,7 +110,7 @@ def build(state: ReportSession, profile, cluster, run_id: str, exitstatus: int) 
     for f in state.timing.figures(profile):
         state.figures.add(f)
     c = cluster
-    run = {"id": run_id, "profile": getattr(profile, "name", None),
+    run = {"id": run_id, **state.origin(profile, c).summary_fields(), "profile": getattr(profile, "name", None),
            "nodes": getattr(profile, "nodes", None),
            "kubernetes": (c.server_version if c is not None else None)
            or getattr(profile, "kubernetes_version", None),
@@ -203,7 +221,7 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
     out = [f"run {r['id']}: profile {r['profile']}, {r['nodes']} nodes, Kubernetes {r['kubernetes']}, "
            f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"
            + (f" + {r['real_nodes']} real node(s) (kubelet + containerd; GPUs simulated)"
-              if r.get("real_nodes") else "")]
+              if r.get("real_nodes") else "") + (f"; {shown(r)}" if shown(r) else "")]
     out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
     for suite, counts in sorted(per_suite.items()):
         out.append((f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds)).rstrip())
