@@ -7,6 +7,7 @@
     clusterproof sweep                   remove every embedded cluster a dead run left
     clusterproof toolchain [ARGS]        build the upstream binaries from their Go modules (cached)
     clusterproof prepare [RUN ARGS]      build only what a run with these arguments uses (./proof run does)
+    clusterproof doctor [RUN ARGS]       what a run with these arguments needs from this machine, present or missing
     clusterproof prom-history [ARGS]     build the embedded Prometheus's backfilled history
     clusterproof images [ARGS]           build the real nodes' container images (root)
     clusterproof rbac [--destructive]    print the RBAC manifest a cluster's admins apply for the harness
@@ -14,10 +15,11 @@
     clusterproof architecture            print the map of the tree (docs/architecture.md)
     clusterproof bench-tables [--write|--check]  the docs' figures tables, from reports/bench/*.json
     clusterproof load-worker --master HOST:PORT --locustfile burst|flood   a locust worker joining a run's master
+    clusterproof --version               this clusterproof's version
 
 Each job is the module named below, run as ``python -m``; its own ``--help``
 says the rest. Exit codes are the job's own, from the one table (``clusterproof.core.exitcodes``,
-docs/exit-codes.md): 4 bad input, 6 a regression, 8 a set-up job's failed build.
+docs/exit-codes.md): 4 bad input (doctor: a prerequisite missing), 6 a regression, 8 a set-up job's failed build.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ JOBS = {
     "sweep": "clusterproof.cluster.kwok",
     "toolchain": "clusterproof.cluster.toolchain",
     "prepare": "clusterproof.prepare",
+    "doctor": "clusterproof.doctor",
     "prom-history": "clusterproof.prometheus.history",
     "images": "clusterproof.cluster.images",
     "host-packages": "clusterproof.cluster.hostpkgs",
@@ -130,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(__doc__.strip())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from clusterproof import __version__
+        print(f"clusterproof {__version__}")
         return 0
     job, rest = args[0], args[1:]
     if job == "run":     # pytest's own command line (only fixtures/ and the suites import pytest)

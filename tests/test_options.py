@@ -43,3 +43,35 @@ def test_a_plugin_that_owns_profile_leaves_clusterproof_the_prefixed_name(tmp_pa
     assert "--cp-profile=PROFILE, --profile" not in r.stdout
     r = _pytest(tmp_path, "-p", "fakeprofiling", "--profile", "--cp-profile", "smoke", "-q", "test_x.py")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+OPTIONS_SEEN = '''
+def test_the_options(pytestconfig):
+    assert pytestconfig.option.cp_set == ["nodes=200", "teams=a"]
+    assert pytestconfig.option.cp_profile == "smoke"
+'''
+
+
+def test_an_old_name_still_works_and_warns_once_naming_the_new_one(tmp_path):
+    """``--set`` twice (and ``--profile`` once): the run is the same as with the --cp- names, and each old name
+    gives one DeprecationWarning that names its replacement."""
+    (tmp_path / "test_x.py").write_text(OPTIONS_SEEN)
+    r = _pytest(tmp_path, "-q", "-p", "no:randomly", "--set", "nodes=200", "--set=teams=a", "--profile", "smoke",
+                "--cp-output-dir", str(tmp_path / "out"), "test_x.py")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    for old in ("set", "profile"):
+        said = f"DeprecationWarning: clusterproof: --{old} is deprecated, use --cp-{old} (--{old} is removed in 0.23)"
+        assert r.stdout.count(said) == 1, r.stdout[-3000:]
+
+
+def test_the_new_names_warn_nothing_even_where_warnings_are_errors(tmp_path):
+    (tmp_path / "test_x.py").write_text(OPTIONS_SEEN)
+    r = _pytest(tmp_path, "-q", "-p", "no:randomly", "-W", "error::DeprecationWarning", "--cp-set", "nodes=200",
+                "--cp-set=teams=a", "--cp-profile", "smoke", "--cp-output-dir", str(tmp_path / "out"), "test_x.py")
+    assert r.returncode == 0 and "1 passed" in r.stdout and "deprecated" not in r.stdout, r.stdout[-3000:]
+
+
+def test_an_option_added_since_has_no_unprefixed_name(tmp_path):
+    """Only the names that had one keep an alias (clusterproof.fixtures.ALIASED): --cp-doctor has none."""
+    out = _pytest(tmp_path, "--help").stdout
+    assert "--cp-doctor" in out and " --doctor" not in out, out
