@@ -140,7 +140,9 @@ def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | 
     nodes = (pool_nodes(api, profile) if pool is None else
              sorted(n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
                                                            {"labelSelector": f"{profile.pool_label}={pool}"})["items"]))
-    svc = PerNodeService(api, ns, owner, nodes, "node-exporter")
+    # node-exporter's own manifest tolerates every taint (``operator: Exists``): it runs on every node
+    svc = PerNodeService(api, ns, owner, nodes, "node-exporter",
+                         tolerations={n: [{"operator": "Exists"}] for n in nodes})
     stop = threading.Event()
 
     def churn():

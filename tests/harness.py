@@ -42,7 +42,7 @@ NOT_JUDGED_SLO_S = 600.0
 
 def shipped_slo(profile, key: str) -> str:
     """``--set=<key>=<the profile's bound>``: a control that must be judged on the shipped SLO."""
-    return f"--set={key}={getattr(profile, key):g}"
+    return f"--cp-set={key}={getattr(profile, key):g}"
 
 
 def child_args(args: list[str]) -> list[str]:
@@ -51,8 +51,8 @@ def child_args(args: list[str]) -> list[str]:
     kubelet -- tests/conftest.py does the same for the session cluster), and with the latency SLOs
     ``LATENCY_SLOS`` not judged unless its arguments name them. Its own ``--set`` come later and win."""
     named = lambda key: any(f"{key}=" in a for a in args)   # noqa: E731
-    sets = [] if named("real_nodes") else ["--set", "real_nodes=0"]
-    sets += [f"--set={key}={NOT_JUDGED_SLO_S:g}" for key in LATENCY_SLOS if not named(key)]
+    sets = [] if named("real_nodes") else ["--cp-set", "real_nodes=0"]
+    sets += [f"--cp-set={key}={NOT_JUDGED_SLO_S:g}" for key in LATENCY_SLOS if not named(key)]
     return [*sets, *args]
 
 
@@ -61,7 +61,7 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
     process's os.environ: the session's embedded cluster and its supervisor live here)."""
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
-           f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}", "-q",
+           f"--alluredir={tmp_path / 'allure'}", f"--cp-summary={tmp_path / 'summary.json'}", "-q",
            f"--cp-output-dir={tmp_path / 'out'}",
            *child_args(args)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -94,7 +94,7 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     on as ignored, and then Python never raises KeyboardInterrupt.
     """
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
-           f"--summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}", *child_args(args)]
+           f"--cp-summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}", *child_args(args)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=new_session, env={**os.environ, **(env or {})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

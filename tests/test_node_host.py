@@ -122,7 +122,7 @@ def test_the_relay_says_in_one_line_what_is_wrong(tmp_path):
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
     assert "no-such-netns" in bad.stderr, bad.stderr
     usage = subprocess.run([*RELAY, "only-one"], capture_output=True, text=True, timeout=30)
-    assert usage.returncode == 2 and usage.stderr.startswith("usage:"), usage.stderr
+    assert usage.returncode == 4 and usage.stderr.startswith("usage:"), usage.stderr
 
 
 # --- a whole node host -----------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ that API server with the kubeconfig's credentials) over the smoke history
 - a 200-node history (a site profile's ``nodes``, as a new user's run had):
   the seed quantile alone answers under the 250 ms timeout, so it is sized
   (copies added up) until it reaches the limit and is judged -- green with
-  the limits, still red without a query timeout; a 1-node history under a
-  5 s timeout cannot be filled: the timeout checks skip naming
-  ``prometheus_backfill_nodes``, never red;
+  the limits; a 1-node history under a 5 s timeout cannot be filled: the
+  timeout checks skip naming ``prometheus_backfill_nodes``, never red. (A
+  200-node history under a 10 m timeout is a skip too, not red: 64 copies
+  answer in ~20 s, nowhere near 10 m; the 1,000-node control above is the
+  red one);
 - prometheus-api-client with its default retries turns a timed-out query
   into ``RetryError`` after four requests, the body (and errorType) lost;
   the harness's client sends it once and shows ``503 timeout``;
@@ -27,6 +29,7 @@ that API server with the kubeconfig's credentials) over the smoke history
 from __future__ import annotations
 
 import time
+import xml.etree.ElementTree as ET
 
 import pytest
 import requests
@@ -83,13 +86,14 @@ CUT = ("test_the_seed_query_is_cut_at_the_query_timeout[histogram-quantile]",
        "test_a_request_timeout_cannot_extend_the_query_timeout", "test_queries_above_max_concurrency_wait_in_the_queue")
 
 
-def _skips(output: str) -> dict[str, str]:
-    """``-rs`` lines: test name -> skip reason."""
+def _skips(tmp_path) -> dict[str, str]:
+    """A child run's skipped checks (its junit XML): test name -> skip reason. (``-rs`` lines name the
+    file and line of the skip, not the test.)"""
     out = {}
-    for line in output.splitlines():
-        if line.startswith("SKIPPED") and "::" in line:
-            where, _, reason = line.partition(": ")
-            out[where.rsplit("::", 1)[-1].strip()] = reason
+    for case in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase"):
+        skipped = case.find("skipped")
+        if skipped is not None:
+            out[case.get("name")] = skipped.get("message", "") + (skipped.text or "")
     return out
 
 
@@ -99,22 +103,12 @@ def test_on_a_small_history_the_timeout_checks_judge_a_sized_query_and_none_is_a
     run = run_pytest(_args(cluster, profile, "--cp-set", SMALL, "-rs"), tmp_path)
     assert run.returncode == 0 and not run.failures, run.output[-3000:]
     for name in CUT:
-        assert name in run.passed, f"{name}: {_skips(run.output).get(name) or run.output[-3000:]}"
+        assert name in run.passed, f"{name}: {_skips(tmp_path).get(name) or run.output[-3000:]}"
     # the long range query selects 29,000 series x 121 steps: over max-samples before the timeout, said so
     long_range = "test_the_seed_query_is_cut_at_the_query_timeout[long-range]"
     if long_range not in run.passed:
-        why = _skips(run.output).get(long_range, "")
+        why = _skips(tmp_path).get(long_range, "")
         assert "--query.max-samples" in why and "another limit" in why, why or run.output[-3000:]
-
-
-def test_without_a_query_timeout_a_small_history_is_still_red(cluster, profile, tmp_path):
-    run = run_pytest(_args(cluster, profile, "--cp-set", SMALL, "--cp-set", "prometheus_query_timeout=10m"), tmp_path)
-    assert run.returncode == 1, run.output[-3000:]
-    for name in CUT:
-        msg = run.failures.get(name, "")
-        assert "--query.timeout=10m" in msg, f"{name}: {msg[:1500] or run.output[-2000:]}"
-    msg = run.failures[CUT[0]]     # sized (copies added up), unless the machine made the seed alone run past it
-    assert "was not cut by the query timeout" in msg and "it ran " in msg, msg[:1500]
 
 
 def test_on_a_history_of_almost_nothing_the_timeout_checks_skip_naming_the_key(cluster, profile, tmp_path):
@@ -123,7 +117,7 @@ def test_on_a_history_of_almost_nothing_the_timeout_checks_skip_naming_the_key(c
     run = run_pytest(_args(cluster, profile, "--cp-set", "prometheus_backfill_nodes=1", "--cp-set",
                            "prometheus_query_timeout=5s", "-rs"), tmp_path)
     assert run.returncode == 0 and not run.failures, run.output[-3000:]
-    skips = _skips(run.output)
+    skips = _skips(tmp_path)
     for name in CUT:
         assert "prometheus_backfill_nodes" in skips.get(name, ""), f"{name}: {skips.get(name) or run.output[-3000:]}"
     assert "cannot judge" in skips[CUT[0]] and "not cut" not in skips[CUT[0]], skips[CUT[0]]

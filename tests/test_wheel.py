@@ -8,6 +8,11 @@ an installed wheel shows that the package data is in it (profiles, RBAC manifest
 checker and mocknvml sources), that nothing generic lands in site-packages, and that the pytest11
 entry point alone brings the fixtures and options.
 
+An installed run is as safe as a checkout run: the plugin itself sets the bound on every check
+(pytest-timeout, 3600 s unless the user says otherwise), keeps locust's pytest plugin out and makes
+markers strict -- none of it from a pytest.ini, which an installed run does not have. A team check that
+sleeps forever is cut at a short ``--timeout``; the default is read from the run's own header.
+
 Cost: one wheel and one venv for the module (the pip cache makes the install a few seconds when
 the lock's wheels are cached; the build downloads setuptools for its isolated build env), then one
 embedded cluster of the team's profile (real_nodes: 0) and three runs against the session cluster.
@@ -15,6 +20,7 @@ embedded cluster of the team's profile (real_nodes: 0) and three runs against th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,9 +47,9 @@ def _env() -> dict[str, str]:
                          "PYTHONDONTWRITEBYTECODE")}
 
 
-def _run(cmd: list, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+def _run(cmd: list, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env={**_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _source_copy(dest: Path) -> Path:
@@ -146,9 +152,99 @@ def test_the_console_command_helps_and_refuses_an_unknown_job_in_one_line(instal
     assert bad.stderr.strip().count("\n") == 0 and "unknown job 'no-such-job'" in bad.stderr, bad.stderr
 
 
+def _team_copy(tmp_path: Path, **files: str) -> Path:
+    """The example team suite in a directory of its own, with ``files`` (name: text) added."""
+    d = tmp_path / "team-suite"
+    shutil.copytree(EXAMPLE, d, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+def _bound(out: str) -> tuple[str, str]:
+    """(timeout, method) from pytest-timeout's lines in a run's header."""
+    timeout = re.search(r"^timeout: (\S+)s$", out, re.M)
+    method = re.search(r"^timeout method: (\S+)$", out, re.M)
+    return (timeout[1] if timeout else "none", method[1] if method else "none")
+
+
+def test_an_installed_run_is_bounded_by_the_plugin_unless_the_user_says_otherwise(installed, team_dir, tmp_path):
+    """No pytest.ini anywhere: the plugin's 3600 s (signal method, so fixtures still tear down), for a team's
+    plain pytest and for clusterproof run; the user's --timeout, PYTEST_TIMEOUT and ini ``timeout`` win."""
+    _, venv = installed
+    for cmd, cwd in (([venv / "bin" / "pytest", "--co"], team_dir),
+                     ([venv / "bin" / "clusterproof", "run", "--co", "-k", "every_node_is_ready"], tmp_path)):
+        run = _run(cmd, cwd)
+        assert run.returncode == 0 and _bound(run.stdout) == ("3600.0", "signal"), run.stdout[-3000:] + run.stderr
+    given = _run([venv / "bin" / "pytest", "--co", "--timeout", "7"], team_dir)
+    assert _bound(given.stdout) == ("7.0", "signal"), given.stdout[-2000:]
+    env = _run([venv / "bin" / "pytest", "--co"], team_dir, env={"PYTEST_TIMEOUT": "11"})
+    assert _bound(env.stdout) == ("11.0", "signal"), env.stdout[-2000:]
+    own = _team_copy(tmp_path, **{"pytest.ini": "[pytest]\ntimeout = 13\ntimeout_method = thread\n"})
+    ini = _run([venv / "bin" / "pytest", "--co"], own)
+    assert _bound(ini.stdout) == ("13.0", "thread"), ini.stdout[-2000:]
+
+
+HANGS = """import time
+
+
+def test_the_team_check_hangs(profile):
+    time.sleep(3600)
+"""
+
+
+def test_a_hung_team_check_is_cut_at_the_bound(installed, tmp_path):
+    """A check that would sleep an hour fails at the bound with pytest-timeout's message, and the run goes on
+    to its end (its summary line): the bound is the run's own, not a killed process."""
+    _, venv = installed
+    team = _team_copy(tmp_path, **{"test_hangs.py": HANGS})
+    t0 = time.monotonic()
+    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--timeout", "5", "test_hangs.py"], team,
+               timeout=300)
+    took = time.monotonic() - t0
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and "Failed: Timeout (>5.0s) from pytest-timeout" in out, out[-3000:]
+    assert "1 failed" in run.stdout and took < 120, f"{took:.0f} s\n{out[-2000:]}"
+
+
+def test_locusts_pytest_plugin_is_kept_out_of_an_installed_run(installed, team_dir, tmp_path):
+    """locust's plugin (fixtures "session" and "fastsession"; locust's import monkey-patches the process with
+    gevent) is blocked by the plugin whichever of the two entry points loads first: this venv's own order,
+    then locust's forced first (autoload off, ``-p locust`` before the plugin). The control: without
+    clusterproof's plugin (and the team's conftest, which needs it) the fixture is there."""
+    _, venv = installed
+    team = _team_copy(tmp_path, **{"test_wants_locust.py": "def test_wants_locusts_session(session):\n    pass\n"})
+    fixtures = _run([venv / "bin" / "pytest", "--fixtures"], team_dir)
+    assert fixtures.returncode == 0 and "pytest_locust" not in fixtures.stdout, fixtures.stdout[-3000:]
+    assert "namespace" in fixtures.stdout and "figures" in fixtures.stdout, fixtures.stdout[-3000:]
+    no_autoload = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    for args, env in ((["-p", "no:randomly"], {}),
+                      (["-p", "locust", "-p", "clusterproof.fixtures", "-p", "timeout"], no_autoload)):
+        run = _run([venv / "bin" / "pytest", "-q", *args, "test_wants_locust.py"], team, env=env)
+        assert run.returncode == 1 and "fixture 'session' not found" in run.stdout, run.stdout[-3000:]
+    bare = tmp_path / "bare"         # no team conftest: it uses clusterproof's hooks, absent in the control
+    bare.mkdir()
+    (bare / "test_wants_locust.py").write_text((team / "test_wants_locust.py").read_text())
+    control = _run([venv / "bin" / "pytest", "-q", "-p", "locust", "--fixtures", "test_wants_locust.py"], bare,
+                   env=no_autoload)
+    assert "pytest_locust" in control.stdout, control.stdout[-3000:]
+
+
+def test_markers_are_strict_in_an_installed_run(installed, tmp_path):
+    """A misspelt marker is a collection error, and a -m expression naming no marker is bad input (4)."""
+    _, venv = installed
+    team = _team_copy(tmp_path, **{"test_typo.py": "import pytest\n\n\n@pytest.mark.smokee\ndef test_x():\n"
+                                                  "    pass\n"})
+    typo = _run([venv / "bin" / "pytest", "-q", "--co", "test_typo.py"], team)
+    assert typo.returncode == 2 and "'smokee' not found in `markers` configuration option" in typo.stdout, typo
+    expr = _run([venv / "bin" / "pytest", "-q", "--co", "-m", "smokee", "test_team_pods.py"], team)
+    assert expr.returncode == 4 and "Unknown marker(s) in '-m' expression: smokee" in expr.stderr, expr
+
+
 def test_the_team_suite_runs_against_an_embedded_cluster_with_its_own_key(installed, team_dir):
     _, venv = installed
-    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--profile", "team.yaml"], team_dir, timeout=900)
+    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--cp-profile", "team.yaml"], team_dir,
+               timeout=900)
     assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]
     assert "starting embedded cluster" in run.stdout + run.stderr
 

@@ -407,6 +407,40 @@ def real_node_patches(pki: Path) -> list[dict]:
                 arg("kubelet-preferred-address-types", "InternalIP", override=False)]}]
 
 
+def embedded_here(api) -> str | None:
+    """The name of the embedded cluster on this machine that ``api`` reaches as its admin, else None.
+
+    Why: a run pointed at a kept or shared embedded cluster with ``--cp-kubeconfig`` (the self-tests' child runs,
+    ``--cp-keep-cluster`` then a second run) is on a cluster the harness made and may treat as its own; the same
+    server as another identity (the guest ServiceAccount) is not. Judged on what cannot be forged from outside:
+    the server URL and the CA of a cluster directory here, and an identity in system:masters (kwokctl's admin)."""
+    root = workdir() / "clusters"
+    host = (api.configuration.host or "").rstrip("/")
+    try:
+        ca = Path(api.configuration.ssl_ca_cert or "").read_bytes() if api.configuration.ssl_ca_cert else b""
+    except OSError:
+        return None
+    name = None
+    for d in sorted(root.glob(f"{NAME_PREFIX}*")) if root.is_dir() else []:
+        try:
+            cfg = yaml.safe_load((d / "kubeconfig.yaml").read_text())
+            server = cfg["clusters"][0]["cluster"]["server"].rstrip("/")
+            if server == host and ca and (d / "pki" / "ca.crt").read_bytes() == ca:
+                name = d.name
+                break
+        except (OSError, KeyError, IndexError, TypeError, yaml.YAMLError):
+            continue
+    if name is None:
+        return None
+    from clusterproof.kube.client import raw_request
+    try:
+        review = json.loads(raw_request(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body={
+            "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).data)
+    except Exception:   # noqa: BLE001 -- any failure to ask means: not provably the admin
+        return None
+    return name if "system:masters" in (review.get("status", {}).get("userInfo", {}).get("groups") or []) else None
+
+
 def _owner(d: Path) -> dict:
     try:
         return json.loads((d / OWNER_FILE).read_text())

@@ -355,7 +355,7 @@ def main(argv: list[str]) -> int:
     def body() -> int:
         api = load_client(args.kubeconfig, args.context)
         check_reachable(api)
-        nodes = list_all(api, "/api/v1/nodes")
+        nodes = list(list_all(api, "/api/v1/nodes"))
         inf = infer(nodes)
         source = server_url(api)
         text = render(inf, source)

@@ -39,6 +39,9 @@ from clusterproof.kube.apicalls import Call, Recorder
 from clusterproof.kube.client import create_if_absent, delete_if_present, list_all, merge_patch
 
 RECORD_PREFIX = "clusterproof-run-"
+# Creates that store nothing (the API answers and keeps no object): nothing to record or remove.
+NOT_STORED = frozenset({"selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
+                        "subjectaccessreviews", "localsubjectaccessreviews", "tokenreviews"})
 PROOF = "clusterproof.io/proof"
 PENDING = "pending."
 
@@ -85,7 +88,7 @@ class OwnerRecord:
 
     def _recorded(self, call: Call) -> bool:
         """Is a create of ``call`` outside what the run holds (so the record must name it)?"""
-        if call.subresource:             # tokens, evictions, bindings: not objects of their own
+        if call.subresource or call.resource in NOT_STORED:   # tokens, evictions, bindings, reviews: no object
             return False
         return not (call.namespace and (call.namespace == self.namespace
                                         or call.namespace in self.owned_namespaces()))
