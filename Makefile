@@ -55,8 +55,8 @@ report:
 FROM ?= v1.34.4
 TO   ?= v1.35.4
 upgrade-check: setup
-	$(PY) -m clusterproof.prometheus.history --profile $(PROFILE)
-	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --profile $(PROFILE) -- $(ARGS)
+	$(PY) -m clusterproof.prometheus.history --cp-profile $(PROFILE)
+	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --cp-profile $(PROFILE) -- $(ARGS)
 
 # The GitHub Actions workflows, checked by actionlint (built from the module proxy) and audited by zizmor
 # (pinned in requirements.txt; offline: its online audits need the GitHub API), both also self-tests

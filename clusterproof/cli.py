@@ -71,7 +71,8 @@ def _compare(argv: list[str]) -> int:
     ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
                                      "or a folder of them")
     ap.add_argument("candidate", help="the summary to judge (default tolerances from its profile)")
-    ap.add_argument("--profile", default=None, help="take the tolerances from this profile (default: the candidate's)")
+    ap.add_argument("--cp-profile", "--profile", dest="profile", default=None,
+                    help="take the tolerances from this profile (default: the candidate's)")
     ap.add_argument("--json", default=None, help="also write the comparison here")
     a = ap.parse_args(argv)
     try:

@@ -5,15 +5,15 @@ cold) and the Prometheus history before any run, also before a run against an
 existing cluster, which uses none of the embedded cluster's binaries. Given the
 run's own arguments, this job builds what that run uses (each once, cached; a
 build prints one line, a failure is one line and exit 8 -- a bad profile or
-``--set``: exit 4, before any build), so a timed run does not pay for a build:
+``--cp-set``: exit 4, before any build), so a timed run does not pay for a build:
 
 - the embedded cluster: every toolchain component (kwok, etcd, the control
   plane at the profile's ``kubernetes_version``, the Coscheduling scheduler,
   the real nodes' kubelet, the mock NVML library), the real nodes' host
   packages and images (root; only when the profile has real nodes);
-- ``--kubeconfig`` (an existing cluster): the mock NVML library (the
+- ``--cp-kubeconfig`` (an existing cluster): the mock NVML library (the
   preflight checker runs here, and on a kwok cluster the GPUs are simulated);
-- either, unless ``--prometheus-url`` names the Prometheus under test:
+- either, unless ``--cp-prometheus-url`` names the Prometheus under test:
   Prometheus and the profile's backfilled history (the embedded Prometheus).
 
 Whatever is not built here is still built on first use inside the run.
@@ -50,7 +50,7 @@ def run_args(argv: list[str]) -> argparse.Namespace:
 def plan(a: argparse.Namespace) -> dict:
     """What the run uses: toolchain components, whether the history, host packages and images."""
     profile = load_profile(a.profile, a.cp_set)
-    existing = bool(a.kubeconfig or a.context)     # --context alone: the current kubeconfig's cluster
+    existing = bool(a.kubeconfig or a.context)     # --cp-context alone: the current kubeconfig's cluster
     return {"profile": profile,
             "components": toolchain.for_run(existing, bool(a.prometheus_url), profile.kubernetes_version),
             "history": not a.prometheus_url,
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"clusterproof: {m}", flush=True)   # noqa: E731
 
     def body() -> int:
-        p = plan(a)     # a bad profile or --set: HarnessError, exit 4 (one_line_main below)
+        p = plan(a)     # a bad profile or --cp-set: HarnessError, exit 4 (one_line_main below)
         if a.dry_run:
             for c in p["components"]:
                 say(f"{c.name} {c.version}: {'cached' if c.is_built() else 'would be built'}")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 cached = (history.cache_dir(shape) / "history.json").exists()
                 say(f"Prometheus history of {shape.nodes:,} nodes: {'cached' if cached else 'would be built'}")
             else:
-                say("Prometheus history: not used (--prometheus-url)")
+                say("Prometheus history: not used (--cp-prometheus-url)")
             say(f"real nodes' host packages and images: {'used' if p['real_nodes'] else 'not used'}")
             return 0
         progress.to_terminal()   # the builds' heartbeats (a first build takes minutes), timestamped, on stderr

@@ -45,7 +45,7 @@ from clusterproof.core.stats import percentile
 from clusterproof.fixtures import PROFILE
 from clusterproof.report.plots import Figure, Series
 
-# Floods the API server with pod creates: opt-in on real clusters (--allow-destructive).
+# Floods the API server with pod creates: opt-in on real clusters (--cp-allow-destructive).
 pytestmark = pytest.mark.destructive
 
 SHOW = 10

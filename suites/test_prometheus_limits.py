@@ -40,8 +40,8 @@ Prometheus is also a measurement source: the API-call latency SLO figure
 by PromQL over a window equals the one from the kube-apiserver's own
 ``/metrics`` over the same window (two instruments).
 
-Against an existing Prometheus (``--prometheus-url``) the first group is
-read-only; the heavy queries run only with ``--allow-destructive``.
+Against an existing Prometheus (``--cp-prometheus-url``) the first group is
+read-only; the heavy queries run only with ``--cp-allow-destructive``.
 Negative controls: tests/test_prometheus_controls.py runs this suite with
 ``prometheus_query_timeout=10m`` (the timeout checks fail, naming the flag
 and the time the query ran) and with a huge ``prometheus_max_samples`` (the
@@ -130,7 +130,7 @@ def test_a_tiny_request_timeout_cuts_a_modest_query(prometheus, profile, figures
     assert a.elapsed_s <= bound, f"{q.what} with timeout=1ms was cut only after {a.elapsed_s:.2f} s (> {bound:g} s)"
 
 
-# --- the seed's heavy queries (destructive against --prometheus-url) ----------------------------
+# --- the seed's heavy queries (destructive against --cp-prometheus-url) ----------------------------
 
 @pytest.fixture(scope="module")
 def pathological(prometheus, profile, say):

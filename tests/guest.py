@@ -25,7 +25,7 @@ from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.pods import delete_run_pods
 from clusterproof.taints import admission as adm
 from clusterproof.taints.isolation import PRIORITY_CLASSES
-from clusterproof.watch.measure import pool_nodes
+from clusterproof.watch.measure import node_tolerations, pool_nodes
 from clusterproof.watch.pernode_service import PerNodeService, Step
 
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
@@ -125,7 +125,7 @@ def team_namespaces(api, profile, sre: str):
 
 
 def team_setting(names: dict[str, str]) -> str:
-    """``--set`` value naming the team namespaces."""
+    """``--cp-set`` value naming the team namespaces."""
     return "team_namespaces=" + ",".join(f"{team}={ns}" for team, ns in names.items())
 
 
@@ -140,9 +140,11 @@ def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | 
     nodes = (pool_nodes(api, profile) if pool is None else
              sorted(n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
                                                            {"labelSelector": f"{profile.pool_label}={pool}"})["items"]))
-    # node-exporter's own manifest tolerates every taint (``operator: Exists``): it runs on every node
+    # each pod tolerates exactly its node's taints (a blanket ``Exists``, as node-exporter's manifest has, is
+    # refused by a team admission policy in a namespace that is no team's)
+    by_name = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}
     svc = PerNodeService(api, ns, owner, nodes, "node-exporter",
-                         tolerations={n: [{"operator": "Exists"}] for n in nodes})
+                         tolerations=node_tolerations([by_name[n] for n in nodes]))
     stop = threading.Event()
 
     def churn():

@@ -41,15 +41,15 @@ NOT_JUDGED_SLO_S = 600.0
 
 
 def shipped_slo(profile, key: str) -> str:
-    """``--set=<key>=<the profile's bound>``: a control that must be judged on the shipped SLO."""
+    """``--cp-set=<key>=<the profile's bound>``: a control that must be judged on the shipped SLO."""
     return f"--cp-set={key}={getattr(profile, key):g}"
 
 
 def child_args(args: list[str]) -> list[str]:
-    """A self-test's child run: without real nodes unless its arguments ask for them (``--set real_nodes=N``;
+    """A self-test's child run: without real nodes unless its arguments ask for them (``--cp-set real_nodes=N``;
     the controls of the kwok suites stay what they were, and only the real-node self-tests pay for a
     kubelet -- tests/conftest.py does the same for the session cluster), and with the latency SLOs
-    ``LATENCY_SLOS`` not judged unless its arguments name them. Its own ``--set`` come later and win."""
+    ``LATENCY_SLOS`` not judged unless its arguments name them. Its own ``--cp-set`` come later and win."""
     named = lambda key: any(f"{key}=" in a for a in args)   # noqa: E731
     sets = [] if named("real_nodes") else ["--cp-set", "real_nodes=0"]
     sets += [f"--cp-set={key}={NOT_JUDGED_SLO_S:g}" for key in LATENCY_SLOS if not named(key)]

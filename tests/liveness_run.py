@@ -1,7 +1,7 @@
 """A fake run for tests/test_liveness.py: two checks, driven through files.
 
 Not collected on its own (no ``test_`` prefix); the self-test runs it as a user runs a suite:
-``pytest tests/liveness_run.py --kubeconfig ... --run-id ...``. ``CP_LIVENESS_DIR`` names a
+``pytest tests/liveness_run.py --cp-kubeconfig ... --cp-run-id ...``. ``CP_LIVENESS_DIR`` names a
 directory where each check writes ``<check>.started`` when its body begins, and where the
 self-test writes ``release`` to let the first check end. The first check holds objects of the
 run (its namespace, a ConfigMap) while it waits, so the self-test can see them removed.

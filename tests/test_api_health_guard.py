@@ -21,7 +21,7 @@ pytestmark = pytest.mark.selftest
 
 
 def test_an_undeclared_5xx_fails_its_module_and_a_declared_one_does_not(tmp_path):
-    run = run_pytest(["tests/poison/api_5xx.py", "tests/poison/api_5xx_excused.py", "--profile", "smoke"],
+    run = run_pytest(["tests/poison/api_5xx.py", "tests/poison/api_5xx_excused.py", "--cp-profile", "smoke"],
                      tmp_path, timeout=600)
     assert run.returncode == 1, run.output[-3000:]
     assert len(run.failures) == 1, run.failures

@@ -1,6 +1,6 @@
 """Negative controls, bad input and cleanup for suites/test_api_overload.py.
 
-The suite runs as a user would run it (a pytest subprocess, ``--kubeconfig``
+The suite runs as a user would run it (a pytest subprocess, ``--cp-kubeconfig``
 to this session's embedded cluster; the controls shorten the flood with
 ``CONTROL`` settings):
 
@@ -70,8 +70,8 @@ CLASSIFIED = "test_system_components_are_classified_into_their_own_flow_schemas"
 
 
 def _args(cluster, profile, run_id, *sets, select=None):
-    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", run_id,
-            *(["-k", select] if select else []), *[f"--set={s}" for s in (*CONTROL, *sets)]]
+    return [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, "--cp-run-id", run_id,
+            *(["-k", select] if select else []), *[f"--cp-set={s}" for s in (*CONTROL, *sets)]]
 
 
 def _run(cluster, profile, tmp_path, *sets, select=None, timeout=900):
@@ -142,7 +142,7 @@ def test_profile_that_does_not_match_the_cluster_fails_naming_the_object(cluster
 
 def test_components_on_the_shared_admin_certificate_fail_the_classification_check(tmp_path):
     """kwokctl's default: every component is system:masters, exempt from APF. Its own embedded cluster."""
-    run = run_pytest([SUITE, "--profile", "smoke", "--set=component_identities=false", "-k", "classified"],
+    run = run_pytest([SUITE, "--cp-profile", "smoke", "--cp-set=component_identities=false", "-k", "classified"],
                      tmp_path, timeout=600)
     assert run.returncode == 1, run.output[-3000:]
     msg = run.failures.get(CLASSIFIED, "")
@@ -220,12 +220,12 @@ def test_an_etcd_that_stalls_after_the_flood_fails_the_recovery_check(cluster, p
 ])
 def test_bad_apf_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
     """Caught when the profile loads: exit 4 before any cluster is started."""
-    run = run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-profile", "smoke", f"--cp-set={setting}"], tmp_path, timeout=120)
     assert run.returncode == 4 and expected in run.output and "Traceback" not in run.output, run.output[-2000:]
 
 
 def test_hand_larger_than_the_queues_is_one_line(tmp_path):
-    run = run_pytest([SUITE, "--profile", "smoke", "--set=apf_flood_queues=4", "--set=apf_flood_hand_size=8"],
+    run = run_pytest([SUITE, "--cp-profile", "smoke", "--cp-set=apf_flood_queues=4", "--cp-set=apf_flood_hand_size=8"],
                      tmp_path, timeout=120)
     assert run.returncode == 4 and "apf_flood_hand_size (8) must not exceed apf_flood_queues (4)" in run.output, \
         run.output[-2000:]

@@ -37,7 +37,7 @@ from tests.harness import background_pytest, ended_early
 pytestmark = pytest.mark.selftest
 SUITE = "suites/test_burst_pod_creation.py"
 CLUSTER_VERDICTS = {"Cluster defect", "SLO broken",
-                    "Regression against the baseline (--baseline: a figure or a check got worse)"}
+                    "Regression against the baseline (--cp-baseline: a figure or a check got worse)"}
 
 
 def _failures(junit) -> dict[str, list[str]]:
@@ -64,7 +64,8 @@ def test_a_suite_whose_apiserver_restarts_gives_its_verdict_or_names_the_restart
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)
     junit = tmp_path / "junit.xml"
     # 5 pods/s instead of 10: the steady phase's creates last 6 s, so the kill lands among them.
-    args = [SUITE, "--profile", "smoke", "--run-id", run_id, "--set=burst_steady_rate=5", f"--junitxml={junit}"]
+    args = [SUITE, "--cp-profile", "smoke", "--cp-run-id", run_id, "--cp-set=burst_steady_rate=5",
+            f"--junitxml={junit}"]
     try:
         with background_pytest(args, tmp_path) as proc:
             api = {}

@@ -37,29 +37,29 @@ def assert_one_line_error(run, expected: str):
 BAD_BASE64 = "not-a-real-token!"
 
 CASES = [
-    pytest.param(lambda t: ["--kubeconfig", str(t / "nope")], "does not exist", id="missing-kubeconfig"),
-    pytest.param(lambda t: ["--kubeconfig", str(_garbage(t))], "cannot be parsed", id="malformed-kubeconfig"),
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t)), "--context", "other"],
+    pytest.param(lambda t: ["--cp-kubeconfig", str(t / "nope")], "does not exist", id="missing-kubeconfig"),
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_garbage(t))], "cannot be parsed", id="malformed-kubeconfig"),
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t)), "--cp-context", "other"],
                  "context 'other' is not in", id="unknown-context"),
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t))],
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t))],
                  "cannot reach the API server at https://127.0.0.1:1", id="unreachable-server"),
-    pytest.param(lambda t: ["--profile", "nope"], "unknown profile 'nope'", id="unknown-profile"),
-    pytest.param(lambda t: ["--profile", str(_bad_profile(t))], "is not valid YAML", id="malformed-profile"),
-    pytest.param(lambda t: ["--set", "nodes=many"], "nodes must be int", id="bad-override"),
-    pytest.param(lambda t: ["--set", "teams=a,b,c,d", "--set", "nodes=2"], "would get no nodes",
+    pytest.param(lambda t: ["--cp-profile", "nope"], "unknown profile 'nope'", id="unknown-profile"),
+    pytest.param(lambda t: ["--cp-profile", str(_bad_profile(t))], "is not valid YAML", id="malformed-profile"),
+    pytest.param(lambda t: ["--cp-set", "nodes=many"], "nodes must be int", id="bad-override"),
+    pytest.param(lambda t: ["--cp-set", "teams=a,b,c,d", "--cp-set", "nodes=2"], "would get no nodes",
                  id="team-without-nodes"),
     # A *-data field that is not base64 (the value, which may be a private key, is never shown).
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, cluster={
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t, cluster={
         "server": "https://127.0.0.1:1", "certificate-authority-data": BAD_BASE64}))],
         "certificate-authority-data of cluster 'c' is not valid base64", id="ca-data-not-base64"),
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, user={"client-certificate-data": BAD_BASE64}))],
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t, user={"client-certificate-data": BAD_BASE64}))],
                  "client-certificate-data of user 'u' is not valid base64", id="client-cert-data-not-base64"),
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, user={"client-key-data": BAD_BASE64}))],
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t, user={"client-key-data": BAD_BASE64}))],
                  "client-key-data of user 'u' is not valid base64", id="client-key-data-not-base64"),
-    pytest.param(lambda t: ["--profile", str(_latin1_profile(t))], "is not UTF-8 text", id="profile-not-utf8"),
-    pytest.param(lambda t: ["--as-real-cluster"], "--as-real-cluster needs --kubeconfig", id="as-real-without-cluster"),
+    pytest.param(lambda t: ["--cp-profile", str(_latin1_profile(t))], "is not UTF-8 text", id="profile-not-utf8"),
+    pytest.param(lambda t: ["--cp-as-real-cluster"], "as-real-cluster needs --", id="as-real-without-cluster"),
     # Credentials in the kubeconfig's server URL are masked in the line that names the server.
-    pytest.param(lambda t: ["--kubeconfig", str(_kubeconfig(t, server="https://admin:not-a-real-token@127.0.0.1:1"))],
+    pytest.param(lambda t: ["--cp-kubeconfig", str(_kubeconfig(t, server="https://admin:not-a-real-token@127.0.0.1:1"))],
                  "cannot reach the API server at https://***@127.0.0.1:1", id="server-url-with-credentials"),
 ]
 

@@ -127,7 +127,7 @@ def test_the_command_line_comparison_exits_6_on_a_regression_and_0_otherwise(tmp
 # --- the real thing: the scale suite against the session's embedded cluster ----------------------------
 
 def _scale(cluster, profile, *extra):
-    return [SCALE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, *extra]
+    return [SCALE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, *extra]
 
 
 def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails_naming_the_figure(
@@ -145,8 +145,8 @@ def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails
     # Way one: the same cluster, unchanged -- compared with the first run, nothing regressed. (The
     # suite takes seconds here, so its time's noise is wide: the tolerance is the mechanism's, not
     # a claim about the figure -- docs/baselines.md has the noise of whole runs.)
-    same = run_pytest(_scale(cluster, profile, f"--baseline={tmp_path / 'first' / 'summary.json'}",
-                             "--set=baseline_tolerance_overrides={'time ::': 1000}"), tmp_path / "same")
+    same = run_pytest(_scale(cluster, profile, f"--cp-baseline={tmp_path / 'first' / 'summary.json'}",
+                             "--cp-set=baseline_tolerance_overrides={'time ::': 1000}"), tmp_path / "same")
     assert same.returncode == 0, same.output[-3000:]
     assert "OK: no regression against the baseline" in same.output
     assert json.loads((tmp_path / "same" / "comparison.json").read_text())["regressed"] is False
@@ -157,8 +157,8 @@ def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails
     base["figures"]["time :: cluster_scale"]["value"] /= 10
     doctored = tmp_path / "doctored.json"
     doctored.write_text(json.dumps(base))
-    slow = run_pytest(_scale(cluster, profile, f"--baseline={doctored}", "--set=baseline_min_change={'s': 0}",
-                             "--set=baseline_tolerance_overrides={'time ::': 50, 'p99': 100000}"),
+    slow = run_pytest(_scale(cluster, profile, f"--cp-baseline={doctored}", "--cp-set=baseline_min_change={'s': 0}",
+                             "--cp-set=baseline_tolerance_overrides={'time ::': 50, 'p99': 100000}"),
                       tmp_path / "slow")
     assert slow.returncode == compare.REGRESSION_EXIT, slow.output[-3000:]
     assert not slow.failures, slow.failures
@@ -170,7 +170,7 @@ def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails
 
 
 def test_a_bad_baseline_ends_the_run_before_it_starts_with_one_line(profile, tmp_path):
-    run = run_pytest([SCALE, "--profile", profile.name, f"--baseline={tmp_path / 'nope.json'}"], tmp_path)
+    run = run_pytest([SCALE, "--cp-profile", profile.name, f"--cp-baseline={tmp_path / 'nope.json'}"], tmp_path)
     assert run.returncode == 4, run.output[-2000:]
     assert f"clusterproof: baseline {tmp_path / 'nope.json'} does not exist" in run.output
     assert "Traceback" not in run.output

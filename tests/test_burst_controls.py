@@ -1,6 +1,6 @@
 """Negative controls and bad input for suites/test_burst_pod_creation.py.
 
-The suite runs as a user would run it (a pytest subprocess, ``--kubeconfig``
+The suite runs as a user would run it (a pytest subprocess, ``--cp-kubeconfig``
 to the session's embedded cluster). First it passes on the healthy cluster;
 then the kube-scheduler is stopped (pods are never bound: the suite must end
 within its stall bound and say that the scheduler is not running), and then
@@ -117,8 +117,8 @@ def _run(cluster, profile, tmp_path, *sets, shipped=()):
     """The burst suite against ``cluster``; ``shipped``: the latency SLOs it is judged on (others not:
     tests/harness.py, LATENCY_SLOS)."""
     run_id = new_run_id().replace("-", "")[-12:] + "b"
-    run = run_pytest([SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
-                      "--run-id", run_id, *[f"--set={s}" for s in sets],
+    run = run_pytest([SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name,
+                      "--cp-run-id", run_id, *[f"--cp-set={s}" for s in sets],
                       *[shipped_slo(profile, key) for key in shipped]], tmp_path, timeout=600)
     return run, run_id
 
@@ -225,7 +225,7 @@ BAD = [
 
 @pytest.mark.parametrize("sets,expected", BAD)
 def test_bad_burst_profile_gives_one_readable_line(sets, expected, tmp_path):
-    run = run_pytest([SUITE, "--profile", "smoke", *[f"--set={s}" for s in sets]], tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-profile", "smoke", *[f"--cp-set={s}" for s in sets]], tmp_path, timeout=120)
     assert run.returncode == 4 and expected in run.output and "Traceback" not in run.output, run.output[-2000:]
 
 

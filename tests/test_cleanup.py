@@ -56,9 +56,9 @@ def running_run_own_cache(tmp_path):
 def _running_run(tmp_path: Path, cache: Path | None = None):
     run_id = f"cleanup-{os.urandom(2).hex()}"
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40, **({"root": cache / "kwok"} if cache else {}))
-    cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q",
-           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}",
-           f"--cp-output-dir={tmp_path / 'out'}"]
+    cmd = [sys.executable, "-m", "pytest", SUITE, "--cp-profile", "smoke", "--cp-run-id", run_id, "-q",
+           "--cp-set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}",
+           f"--cp-summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **({"CLUSTERPROOF_CACHE": str(cache)} if cache else {})})
 
@@ -153,7 +153,7 @@ def _owner_run(kc: KwokCluster) -> subprocess.Popen:
 @pytest.mark.parametrize("case", ["killed", "kept", "removed-by-its-run"])
 def test_the_watchdog_deletes_only_what_the_sweeper_would(case, fake_cluster_dir):
     """The watchdog of a killed run kills only the cluster's own processes (the stale-pid-file directory above);
-    it leaves a cluster kept with --keep-cluster; it exits without a word more once its run has removed the
+    it leaves a cluster kept with --cp-keep-cluster; it exits without a word more once its run has removed the
     cluster itself."""
     kc, procs = fake_cluster_dir
     run = _owner_run(kc)
@@ -182,7 +182,7 @@ def test_the_watchdog_deletes_only_what_the_sweeper_would(case, fake_cluster_dir
         (kc.directory / "keep").unlink(missing_ok=True)
     log = (toolchain.cache_root() / "logs" / watchdog.LOG).read_text()
     last = [ln for ln in log.splitlines() if f"watchdog[{dog['pid']}] {kc.name}: " in ln][-1]
-    expected = {"killed": f"deleted {kc.name}", "kept": "kept on purpose (--keep-cluster): left running",
+    expected = {"killed": f"deleted {kc.name}", "kept": "kept on purpose (--cp-keep-cluster): left running",
                 "removed-by-its-run": "removed by its run: done"}[case]
     assert expected in last, f"the watchdog's last line: {last}"
 

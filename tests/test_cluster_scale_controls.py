@@ -1,7 +1,7 @@
 """Negative control for suites/test_cluster_scale.py.
 
 A healthy embedded cluster first passes the suite through the existing-cluster
-backend (``--kubeconfig``); then one node is deleted, one team node loses its
+backend (``--cp-kubeconfig``); then one node is deleted, one team node loses its
 team taint and one node reports 4 GPUs instead of 8, and the same suite must
 fail on exactly those nodes, with messages that name them. The latency SLO
 checks are shown to fail too, with an impossible threshold.
@@ -48,8 +48,8 @@ def broken_cluster(cluster, profile, run_id, victims):
 
 
 def _args(cluster, profile, *extra):
-    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
-            *[f"--set={s}" for s in extra]]
+    return [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name,
+            *[f"--cp-set={s}" for s in extra]]
 
 
 def test_scale_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):

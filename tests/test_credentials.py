@@ -1,6 +1,6 @@
 """Credentials neither leave a run nor outlive it.
 
-- A password in a URL (``--prometheus-url http://user:pass@...``, a
+- A password in a URL (``--cp-prometheus-url http://user:pass@...``, a
   kubeconfig's ``server:``) is used, and shown nowhere: not in skip reasons,
   failure messages, progress lines, the junit XML, the Allure results or the
   Allure environment. The Prometheus here is a tiny local server that answers
@@ -109,8 +109,8 @@ def test_passwords_in_urls_are_used_but_never_shown(cluster, basic_auth_promethe
     kubeconfig = _with_password_in_server_url(cluster, tmp_path / "input")
     out = tmp_path / "run"     # everything the run writes: junit XML, Allure results, summary
     out.mkdir()
-    run = run_pytest([PROM_SUITE, "--kubeconfig", str(kubeconfig), "--profile", cluster.profile.name,
-                      "--prometheus-url", f"http://user:{PROM_PASSWORD}@127.0.0.1:{port}/", "-rs",
+    run = run_pytest([PROM_SUITE, "--cp-kubeconfig", str(kubeconfig), "--cp-profile", cluster.profile.name,
+                      "--cp-prometheus-url", f"http://user:{PROM_PASSWORD}@127.0.0.1:{port}/", "-rs",
                       "-k", "profile_query_limits or seed_query_is_cut or latency_by_promql"], out, timeout=600)
     # The run got past the configure-time check (credentials sent as basic auth) and reached the checks:
     assert any(_BasicAuthPrometheus.authorized), run.output[-3000:]
@@ -152,7 +152,7 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
     env = {"CLUSTERPROOF_CACHE": str(cache)}
     directory = cache / runs_root().relative_to(toolchain.cache_root()) / f"cp-{run_id}"
     copy = directory / "apiserver.token"
-    args = [PROM_SUITE, "--kubeconfig", str(path), "--profile", cluster.profile.name, "--run-id", run_id,
+    args = [PROM_SUITE, "--cp-kubeconfig", str(path), "--cp-profile", cluster.profile.name, "--cp-run-id", run_id,
             "-k", "test_a_cheap_query_answers"]
     for d in ("run", "next"):
         (tmp_path / d).mkdir()
@@ -171,7 +171,7 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
             return
         assert copy.exists(), "SIGKILL cannot clean up: the copy should still be there"
         # The next run on this machine: one that starts no Prometheus at all.
-        nxt = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig), "--profile", cluster.profile.name,
+        nxt = run_pytest([SCALE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", cluster.profile.name,
                           "-k", "test_every_planned_node_is_registered"], tmp_path / "next", timeout=600, env=env)
         assert nxt.returncode == 0, nxt.output[-3000:]
         assert not directory.exists(), f"the next run left the killed run's token copy in {directory}"

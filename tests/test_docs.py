@@ -98,14 +98,14 @@ def test_a_bench_file_of_an_unknown_shape_still_gets_a_table(tmp_path):
     """A new bench writing ``"figures"`` (bench.common.write) gets a table of them; anything else a table of
     its top-level numbers; a page's marker for a table that does not exist is named."""
     (tmp_path / "new.json").write_text(json.dumps({
-        "command": "python -m clusterproof.bench.new --profile smoke", "date": "2026-11-26T01:02:03Z",
+        "command": "python -m clusterproof.bench.new --cp-profile smoke", "date": "2026-11-26T01:02:03Z",
         "figures": {"x": {"name": "time to x", "value": 1.5, "unit": "s", "threshold": 2.0, "op": "<=",
                           "verdict": "within"}}}))
     (tmp_path / "odd.json").write_text(json.dumps({"measured_at": "2026-11-26T01:02:03+00:00",
                                                    "peak_rss_bytes": 2 ** 31, "seconds_to_done": 3.25}))
     bl = benchtables.blocks(tmp_path)
     assert "| time to x | 1.5 s | <= 2 s | within |" in bl["new"], bl["new"]
-    assert "`python -m clusterproof.bench.new --profile smoke`" in bl["new"] and "2026-11-26 01:02 UTC" in bl["new"]
+    assert "`python -m clusterproof.bench.new --cp-profile smoke`" in bl["new"] and "2026-11-26 01:02 UTC" in bl["new"]
     assert "| `peak_rss_bytes` | 2.00 GiB |" in bl["odd"] and "| `seconds_to_done` | 3.25 s |" in bl["odd"], bl["odd"]
     page = tmp_path / "docs"
     page.mkdir()

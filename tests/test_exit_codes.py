@@ -211,7 +211,7 @@ def _proof(tmp_path: Path, *args: str, make_status: int = 0, timeout: float = 60
 
 
 def test_proof_run_ends_with_4_on_bad_input_before_pytest_starts(tmp_path):
-    run = _proof(tmp_path, "run", "--set", "no_such_key=1")
+    run = _proof(tmp_path, "run", "--cp-set", "no_such_key=1")
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "no_such_key" in lines[0] and "Traceback" not in run.stderr, run.stderr
@@ -300,7 +300,7 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
     if steps > 1:
         calls[1:3] = sorted(calls[1:3])
     assert calls == [
-        ["-m", "clusterproof.prometheus.history", "--profile", "smoke"], *sorted([BESIDE, SELF]),
+        ["-m", "clusterproof.prometheus.history", "--cp-profile", "smoke"], *sorted([BESIDE, SELF]),
         ["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
         ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
@@ -348,11 +348,11 @@ def test_proof_run_mirrors_make_runs_steps_with_profile_args_and_its_own_argumen
     bin_dir = _stub_make(tmp_path)
     run = subprocess.run([str(repo / "proof"), "run", "-k", "gang"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                                          "PROFILE": "smoke", "ARGS": "--set nodes=500"})
+                                          "PROFILE": "smoke", "ARGS": "--cp-set nodes=500"})
     assert run.returncode == 6, run.stdout + run.stderr
     assert _calls(tmp_path) == [
-        ["-m", "clusterproof.prepare", "--profile", "smoke", "suites", "--set", "nodes=500", "-k", "gang"],
-        ["-m", "pytest", "--cp-profile", "smoke", "suites", "--set", "nodes=500", "-k", "gang"]]
+        ["-m", "clusterproof.prepare", "--cp-profile", "smoke", "suites", "--cp-set", "nodes=500", "-k", "gang"],
+        ["-m", "pytest", "--cp-profile", "smoke", "suites", "--cp-set", "nodes=500", "-k", "gang"]]
 
 
 def test_make_run_turns_every_code_into_2_which_is_why_proof_exists(tmp_path):

@@ -1,6 +1,6 @@
 """Negative control and bad input for suites/test_gang_scheduling.py.
 
-The suite runs as a user would run it (a subprocess, ``--kubeconfig`` on this
+The suite runs as a user would run it (a subprocess, ``--cp-kubeconfig`` on this
 session's embedded cluster), pointed at:
 
 - the stock kube-scheduler (``gang_scheduler_name=default-scheduler``, no
@@ -33,9 +33,9 @@ EXACTNESS = {
 
 def _run(cluster, profile, tmp_path, *sets, select="coscheduling", timeout=900):
     run_id = f"gangctl-{os.urandom(2).hex()}"
-    args = [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name,
-            "--run-id", run_id, "-k", select, "--set=gang_native=false",
-            *[f"--set={s}" for s in sets]]
+    args = [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name,
+            "--cp-run-id", run_id, "-k", select, "--cp-set=gang_native=false",
+            *[f"--cp-set={s}" for s in sets]]
     return run_id, run_pytest(args, tmp_path, timeout=timeout)
 
 

@@ -1,6 +1,6 @@
 """Negative controls, bad input and cleanup for suites/test_gpu_preflight.py.
 
-The suite runs as a user would run it (a subprocess, ``--kubeconfig`` on this
+The suite runs as a user would run it (a subprocess, ``--cp-kubeconfig`` on this
 session's embedded cluster: the existing-cluster backend, simulated, so the
 harness's reference agent plays the preflight DaemonSet):
 
@@ -13,7 +13,7 @@ harness's reference agent plays the preflight DaemonSet):
 - a remediation that ignores the cap: the in-service check names every node
   that was out at once; one that deletes pods past their PodDisruptionBudget:
   the check names the budget and how few pods were left Ready;
-- bad input (profile values, ``--local-gpus`` without NVML): one line, exit 4;
+- bad input (profile values, ``--cp-local-gpus`` without NVML): one line, exit 4;
 - Ctrl-C in the middle of the in-service check, and a run killed with
   SIGKILL (the next run's sweeper): no scratch node, namespace, Event,
   agent process or fault file is left, and no planned node carries a
@@ -57,9 +57,9 @@ SCRATCH = r"cp-gpu-scratch-pf-[0-9a-z]+-[0-9a-f]+-\d+"
 
 
 def _args(cluster, profile, run_id, *sets, select=None):
-    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", run_id,
-            "--set=gang_scheduler_name=clusterproof-coscheduling",
-            *(["-k", select] if select else []), *[f"--set={s}" for s in sets]]
+    return [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, "--cp-run-id", run_id,
+            "--cp-set=gang_scheduler_name=clusterproof-coscheduling",
+            *(["-k", select] if select else []), *[f"--cp-set={s}" for s in sets]]
 
 
 def _run(cluster, profile, tmp_path, *sets, select=None, timeout=900):
@@ -178,13 +178,14 @@ def test_drain_that_ignores_the_pdb_fails_naming_the_budget(cluster, profile, ru
                  "preflight_reason_label_key are both", id="same-label-keys"),
 ])
 def test_bad_preflight_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
-    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
+    assert_one_line(run_pytest([SUITE, "--cp-profile", "smoke", f"--cp-set={setting}"], tmp_path, timeout=120),
+                    expected)
 
 
 def test_local_gpus_without_an_nvml_library_is_one_line(tmp_path):
-    """No GPU on this machine: ``--local-gpus`` asks for its real libnvidia-ml, which is not there."""
-    run = run_pytest([SUITE, "--profile", "smoke", "--local-gpus", "-k", "this_machine"], tmp_path, timeout=120)
-    assert_one_line(run, "clusterproof: --local-gpus: preflight: no NVML library", "NVMLError_LibraryNotFound")
+    """No GPU on this machine: ``--cp-local-gpus`` asks for its real libnvidia-ml, which is not there."""
+    run = run_pytest([SUITE, "--cp-profile", "smoke", "--cp-local-gpus", "-k", "this_machine"], tmp_path, timeout=120)
+    assert_one_line(run, "local-gpus: preflight: no NVML library", "NVMLError_LibraryNotFound")
 
 
 # --- nothing is left behind ----------------------------------------------------------------------------------

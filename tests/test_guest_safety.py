@@ -1,7 +1,7 @@
 """A guest on a shared cluster touches only what is its own.
 
 Each case runs against this session's embedded cluster, mostly through the
-same command line a user types (``--kubeconfig``, the existing-cluster
+same command line a user types (``--cp-kubeconfig``, the existing-cluster
 backend):
 
 - two runs at once: a run's objects are protected by its live Lease, not by
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -46,8 +47,8 @@ SCALE = "suites/test_cluster_scale.py"
 
 
 def _existing(cluster, suite, run_id, *extra):
-    return [suite, "--kubeconfig", str(cluster.kubeconfig), "--profile", cluster.profile.name,
-            "--run-id", run_id, *extra]
+    return [suite, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", cluster.profile.name,
+            "--cp-run-id", run_id, *extra]
 
 
 def _taints(api, node) -> set[tuple]:
@@ -63,9 +64,9 @@ def test_a_second_run_never_sweeps_what_a_live_run_owns(cluster, tmp_path):
     nothing of A's, and A passes."""
     ra, rb = f"live-a-{os.urandom(2).hex()}", f"live-b-{os.urandom(2).hex()}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'a'}",
-           f"--summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}",
+           f"--cp-summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}",
            *_existing(cluster, "suites/test_taint_isolation.py", ra, "-k", "noexecute",
-                      "--set=taint_observe_s=40")]
+                      "--cp-set=taint_observe_s=40")]
     a = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         def a_working():
@@ -136,7 +137,7 @@ def test_on_real_hardware_the_sweeper_lists_and_removes_only_when_asked(cluster,
     asked = run_pytest(_existing(cluster, SCALE, f"ask-{os.urandom(2).hex()}", "-k", "registered and shared"),
                        tmp_path / "ask")
     assert asked.returncode == 0, asked.output[-3000:]
-    line = f"sweep: would remove (pass --sweep-leftovers to remove): namespaces/{ns} (run {dead}: lease"
+    line = f"sweep: would remove (pass --cp-sweep-leftovers to remove): namespaces/{ns} (run {dead}: lease"
     assert line in asked.output, asked.output[-3000:]
     assert _active(cluster.api, ns), f"the sweeper removed {ns} on real hardware without being asked"
     # The report records the sweep too (environment, and an attachment of the cluster fixture).
@@ -145,7 +146,7 @@ def test_on_real_hardware_the_sweeper_lists_and_removes_only_when_asked(cluster,
     assert "leftovers of earlier runs (sweep)" in _allure_attachment_names(tmp_path / "ask")
 
     removed = run_pytest(_existing(cluster, SCALE, f"sweep-{os.urandom(2).hex()}", "-k", "registered and shared",
-                                   "--sweep-leftovers"), tmp_path / "remove")
+                                   "--cp-sweep-leftovers"), tmp_path / "remove")
     assert removed.returncode == 0, removed.output[-3000:]
     assert f"sweep: removed: namespaces/{ns} (run {dead}: lease" in removed.output, removed.output[-3000:]
     assert not _active(cluster.api, ns)
@@ -221,7 +222,7 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
     threading.Thread(target=watch, args=(list_raw(api, path, sel)["metadata"]["resourceVersion"],),
                      daemon=True).start()
     with background_pytest(_existing(cluster, "suites/test_taint_isolation.py", rid, "-k", "team_pod_gets_exactly",
-                                     f"--set=team_namespaces={teams}", "--set=run_lease_duration_s=10"),
+                                     f"--cp-set=team_namespaces={teams}", "--cp-set=run_lease_duration_s=10"),
                            tmp_path, new_session=True) as proc:
         def pods_there():
             ended_early(proc)
@@ -380,4 +381,4 @@ def test_a_cluster_with_one_real_node_is_real_hardware(cluster, mixed_cluster, t
     run = run_pytest(_existing(cluster, "suites/test_burst_pod_creation.py", f"mixed-{os.urandom(2).hex()}"),
                      tmp_path)
     assert run.returncode == 0 and not run.passed and not run.failures, run.output[-3000:]
-    assert "pass --allow-destructive to run it" in run.output, run.output[-3000:]
+    assert re.search(r"pass --(cp-)?allow-destructive to run it", run.output), run.output[-3000:]

@@ -395,7 +395,7 @@ def test_a_run_with_a_real_node_leaves_the_host_as_it_found_it_and_listens_on_lo
     before = HostState.record()
     run = None
     try:
-        with background_pytest([SUITE, "--profile", "smoke", "--run-id", run_id, "--set", "real_nodes=1",
+        with background_pytest([SUITE, "--cp-profile", "smoke", "--cp-run-id", run_id, "--cp-set", "real_nodes=1",
                                 "-k", CHECK], tmp_path, env={"CLUSTERPROOF_CACHE": str(cache)}) as proc:
             run = RunProcesses(proc.pid, (str(kc.directory), kc.name)).start()
             wait_for(lambda: _container_running(kc, proc), timeout=600, interval=0.5,

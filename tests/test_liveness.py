@@ -6,7 +6,7 @@ Two kinds of case:
   the ``Date`` header, switches for failures): the verdicts, on the server's
   clock, with the local monotonic clock driven by hand;
 - a fake run (``tests/liveness_run.py``) against this session's cluster
-  through ``--kubeconfig``, as a user runs a suite, with a 10 s Lease (the
+  through ``--cp-kubeconfig``, as a user runs a suite, with a 10 s Lease (the
   profile's minimum): its Lease denied, deleted, or the process stopped
   past the duration. Each must stop with the one line and exit 7, fail the
   check under way, start no further check, and leave nothing behind.
@@ -383,8 +383,9 @@ class FakeRun:
 @contextmanager
 def fake_run(cluster, tmp_path):
     run_id = f"live-{os.urandom(2).hex()}"
-    args = ["tests/liveness_run.py", "--kubeconfig", str(cluster.kubeconfig), "--profile", cluster.profile.name,
-            "--run-id", run_id, "--set", f"run_lease_duration_s={DURATION}", f"--junitxml={tmp_path / 'junit.xml'}"]
+    args = ["tests/liveness_run.py", "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", cluster.profile.name,
+            "--cp-run-id", run_id, "--cp-set", f"run_lease_duration_s={DURATION}",
+            f"--junitxml={tmp_path / 'junit.xml'}"]
     with background_pytest(args, tmp_path, env={"CP_LIVENESS_DIR": str(tmp_path)}) as proc:
         yield FakeRun(run_id, proc, tmp_path)
 

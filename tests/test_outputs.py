@@ -119,7 +119,7 @@ def test_parallel_workers_write_into_one_run_each_with_its_own_cluster(tmp_path)
     where = tmp_path / "where"
     where.mkdir()
     run = run_pytest(["-n", "2", "--dist", "loadfile", "tests/poison/on_a_worker.py",
-                      "tests/poison/on_another_worker.py", "--profile", "smoke",
+                      "tests/poison/on_another_worker.py", "--cp-profile", "smoke",
                       "--cp-run-id", "xdist-parent"], tmp_path, timeout=600, env={"CLUSTERPROOF_WHERE_DIR": str(where)})
     assert run.returncode == 0, run.output[-3000:]
     seen = {p.stem: json.loads(p.read_text()) for p in where.glob("*.json")}
@@ -133,7 +133,7 @@ def test_parallel_workers_write_into_one_run_each_with_its_own_cluster(tmp_path)
 
 def test_suites_are_refused_on_parallel_workers_in_one_line(tmp_path):
     """Negative control: the suites share one cluster and its measurements; -n with them is bad input."""
-    run = run_pytest(["-n", "2", "suites/test_cluster_scale.py", "--profile", "smoke"], tmp_path, timeout=120)
+    run = run_pytest(["-n", "2", "suites/test_cluster_scale.py", "--cp-profile", "smoke"], tmp_path, timeout=120)
     assert run.returncode == 4, run.output[-2000:]
     assert "-n/--numprocesses runs the self-tests (tests/) in parallel" in run.output, run.output[-2000:]
     assert "Traceback" not in run.output, run.output[-2000:]

@@ -4,8 +4,8 @@ The self-tests' cluster is set up the way an SRE sets up a real one
 (``tests/guest.py``): the shipped manifests applied, team namespaces of the
 cluster's own with the harness's team bindings, the cluster's own team
 admission. Then every suite runs as the ``clusterproof`` ServiceAccount,
-with ``--as-real-cluster`` (so every suite takes its real-hardware path),
-once read-only and once with ``--allow-destructive``. Each run must:
+with ``--cp-as-real-cluster`` (so every suite takes its real-hardware path),
+once read-only and once with ``--cp-allow-destructive``. Each run must:
 
 - pass, with no request refused by RBAC (403s that admission policies give
   on purpose -- the taint suite provokes them -- are told apart);
@@ -157,11 +157,12 @@ def guest_runs(cluster, profile, tmp_path_factory) -> dict[str, GuestRun]:
                 if churned:
                     settings.append(f"watch_service={churned[0]}")
                 t0 = time.time()
-                run = run_pytest(["suites", "-k", NEEDS_CONTAINERS, "--kubeconfig", str(kubeconfig),
-                                  "--as-real-cluster", "--profile", profile.name,
-                                  f"--set={guest.team_setting(teams)}", f"--set=gang_scheduler_name={OWN_SCHEDULER}",
-                                  *[f"--set={s}" for s in settings], f"--api-calls={work / 'calls.json'}",
-                                  *(["--allow-destructive"] if mode == "destructive" else [])],
+                run = run_pytest(["suites", "-k", NEEDS_CONTAINERS, "--cp-kubeconfig", str(kubeconfig),
+                                  "--cp-as-real-cluster", "--cp-profile", profile.name,
+                                  f"--cp-set={guest.team_setting(teams)}",
+                                  f"--cp-set=gang_scheduler_name={OWN_SCHEDULER}",
+                                  *[f"--cp-set={s}" for s in settings], f"--cp-api-calls={work / 'calls.json'}",
+                                  *(["--cp-allow-destructive"] if mode == "destructive" else [])],
                                  work, timeout=1500)
                 t1 = time.time()
             assert token not in run.output
@@ -303,7 +304,7 @@ def test_a_view_only_identity_is_told_what_is_missing_in_one_line(cluster, run_i
              "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": access.HOME}]}]
     with guest.applied(api, docs):
         kubeconfig, token = guest.kubeconfig_for(api, tmp_path, name=sa)
-        run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
     assert_one_line(run, f"system:serviceaccount:{access.HOME}:{sa} may not", "get,list,watch nodes cluster-wide "
                     "(clusterproof)", "get /metrics", "ServiceAccount clusterproof/clusterproof with "
                     "clusterproof/kube/rbac.yaml")
@@ -329,7 +330,7 @@ def test_a_binding_missing_one_rule_ends_the_run_in_one_line_naming_it(cluster, 
         docs.append(d)
     with guest.applied(api, docs):
         kubeconfig, _ = guest.kubeconfig_for(api, tmp_path, name=sa)
-        run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig), "--as-real-cluster"], tmp_path, timeout=120)
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig), "--cp-as-real-cluster"], tmp_path, timeout=120)
     assert_one_line(run, "may not patch pods/status in namespaces clusterproof-0, clusterproof-1, clusterproof-2 "
                     "and 5 more (clusterproof-pool):")
 
@@ -372,7 +373,7 @@ def test_an_admission_policy_missing_unbound_or_not_in_force_ends_the_run_in_one
     naming the policy and what is wrong with it (and how to put it back)."""
     kubeconfig, token = guest.kubeconfig_for(cluster.api, tmp_path)
     with _policy_changed(cluster.api, "clusterproof-services", how):
-        run = run_pytest([SCALE, "--kubeconfig", str(kubeconfig), "--as-real-cluster"], tmp_path, timeout=120)
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig), "--cp-as-real-cluster"], tmp_path, timeout=120)
     tail = {"missing": "kubectl apply -f clusterproof/kube/rbac.yaml",
             "unbound": "is not bound to deny (binding clusterproof-services missing)",
             "warn-only": "kubectl apply -f clusterproof/kube/rbac.yaml",
@@ -404,7 +405,7 @@ def test_an_anonymous_identity_is_told_in_one_line_that_it_cannot_ask(cluster, t
            "contexts": [{"name": "anon", "context": {"cluster": "c", "user": "anon"}}]}
     path = tmp_path / "anon.kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
-    run = run_pytest([SCALE, "--kubeconfig", str(path)], tmp_path, timeout=120)
+    run = run_pytest([SCALE, "--cp-kubeconfig", str(path)], tmp_path, timeout=120)
     assert_one_line(run, "refused a SelfSubjectAccessReview", "system:basic-user")
 
 
@@ -423,7 +424,7 @@ def pool_unlabelled(cluster):
 
 def test_a_cluster_without_the_namespace_pool_is_told_in_one_line_how_to_provision_it(cluster, pool_unlabelled,
                                                                                      tmp_path):
-    run = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig)], tmp_path, timeout=120)
+    run = run_pytest([SCALE, "--cp-kubeconfig", str(cluster.kubeconfig)], tmp_path, timeout=120)
     assert_one_line(run, f"is labelled {access.POOL_LABEL}=true", "kubectl apply -f clusterproof/kube/rbac.yaml")
 
 
@@ -432,8 +433,8 @@ def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
     profile.write_text("teams: [research, applied]\nteam_namespaces: [research=ml-research, applied=ml-applied]\n")
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--profile", str(profile)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--cp-profile",
+                          str(profile)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert [(d["metadata"]["namespace"], d["roleRef"]["name"]) for d in docs] == \
@@ -448,8 +449,8 @@ def test_team_bindings_refuse_a_namespace_that_is_not_a_teams_in_one_line(tmp_pa
     import sys
     profile = tmp_path / "teams.yaml"
     profile.write_text(f"teams: [research]\nteam_namespaces: [research={namespace}]\n")
-    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--profile", str(profile)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "clusterproof.kube.access", "team-bindings", "--cp-profile",
+                          str(profile)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 4 and not out.stdout, (out.returncode, out.stdout, out.stderr)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"{namespace} is not a team's namespace" in lines[0], out.stderr
@@ -459,8 +460,8 @@ def test_team_bindings_refuse_a_namespace_that_is_not_a_teams_in_one_line(tmp_pa
 def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, admission, tmp_path):
     """On a cluster it does not own the taint suite checks the cluster's own admission: a profile asking the
     harness to install its policies there ends the run before any test, saying why."""
-    run = run_pytest([SCALE, "--kubeconfig", str(cluster.kubeconfig), "--as-real-cluster",
-                      f"--set=team_admission={admission}"], tmp_path, timeout=120)
+    run = run_pytest([SCALE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-as-real-cluster",
+                      f"--cp-set=team_admission={admission}"], tmp_path, timeout=120)
     assert_one_line(run, f"team_admission={admission} installs admission policies",
                     "test the cluster's own admission (team_admission: cluster)")
 

@@ -1,9 +1,9 @@
 """Self-tests of what ``./proof run`` builds before a run (clusterproof.prepare): only what that run uses.
 
 The embedded cluster uses every toolchain component; a run against an existing
-cluster (--kubeconfig) only the mock NVML library (the preflight checker runs
+cluster (--cp-kubeconfig) only the mock NVML library (the preflight checker runs
 here) and Prometheus (the embedded one that scrapes the cluster); with
---prometheus-url only the library. Decided from the run's own arguments, in
+--cp-prometheus-url only the library. Decided from the run's own arguments, in
 either spelling of each option; nothing is built here (--dry-run, an empty cache).
 """
 from __future__ import annotations
@@ -29,19 +29,19 @@ ROOT = Path(__file__).resolve().parent.parent
     (["--context", "prod", "--prometheus-url", "http://p:9090"], {"mocknvml"}, False),
 ], ids=["embedded", "kubeconfig", "kubeconfig-and-prometheus-url", "context-alone"])
 def test_a_run_builds_only_what_it_uses(args, names, history):
-    p = prepare.plan(prepare.run_args(["--profile", "smoke", *args]))
+    p = prepare.plan(prepare.run_args(["--cp-profile", "smoke", *args]))
     assert {c.name for c in p["components"]} == names and p["history"] is history
     assert p["real_nodes"] is (not args)   # smoke has a real node: only the embedded cluster's
 
 
 def test_the_control_plane_follows_the_profiles_version():
-    p = prepare.plan(prepare.run_args(["--set", "kubernetes_version=v1.34.4"]))
+    p = prepare.plan(prepare.run_args(["--cp-set", "kubernetes_version=v1.34.4"]))
     assert toolchain.kubernetes("v1.34.4") in p["components"]
 
 
 def test_a_dry_run_on_an_empty_cache_names_what_a_kubeconfig_run_would_build(tmp_path):
     env = {**os.environ, "CLUSTERPROOF_CACHE": str(tmp_path)}
-    run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--dry-run", "--kubeconfig", "K"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--dry-run", "--cp-kubeconfig", "K"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "mocknvml v0.13.4-1: would be built" in run.stdout and "prometheus v0.316.0: would be built" in run.stdout
@@ -50,7 +50,7 @@ def test_a_dry_run_on_an_empty_cache_names_what_a_kubeconfig_run_would_build(tmp
 
 
 def test_bad_input_is_one_line():
-    run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--profile", "nope"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--cp-profile", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 4 and len(run.stderr.splitlines()) == 1 and "unknown profile" in run.stderr
     bad = subprocess.run([sys.executable, "-m", "clusterproof.cluster.toolchain", "--only", "nope"], cwd=ROOT,

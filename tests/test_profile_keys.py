@@ -47,9 +47,9 @@ def test_a_team_group_adds_keys_with_their_defaults_set_and_validated_like_any_o
     mine = tmp_path / "team.yaml"
     mine.write_text("team_pods: 4\n")
     assert prof.load_profile(str(mine), [], groups=[TeamKeys]).team_pods == 4
-    with pytest.raises(HarnessError, match=r"^--set team_pod=7: unknown key 'team_pod'; the keys are listed in "):
+    with pytest.raises(HarnessError, match=r"^--cp-set team_pod=7: unknown key 'team_pod'; the keys are listed in "):
         prof.load_profile("smoke", ["team_pod=7"], groups=[TeamKeys])
-    with pytest.raises(HarnessError, match=r"^--set team_pods=0: team_pods must be >= 1, got 0$"):
+    with pytest.raises(HarnessError, match=r"^--cp-set team_pods=0: team_pods must be >= 1, got 0$"):
         prof.load_profile("smoke", ["team_pods=0"], groups=[TeamKeys])
     with pytest.raises(HarnessError, match=r"team_pods \(101\) must not exceed nodes \(100\)"):
         prof.load_profile("smoke", ["team_pods=101"], groups=[TeamKeys])

@@ -1,4 +1,4 @@
-"""A wrong ``--prometheus-url`` ends the run before any test: one readable line, exit 4.
+"""A wrong ``--cp-prometheus-url`` ends the run before any test: one readable line, exit 4.
 
 No cluster is needed (the check runs at configure time). The endpoints that
 are not a Prometheus are tiny local HTTP servers (a web page, one that
@@ -83,7 +83,7 @@ def assert_nowhere(secret: str, run, tmp_path) -> None:
                  id="unparseable-with-credentials"),
 ])
 def test_a_prometheus_url_that_does_not_parse(url, expected, tmp_path):
-    run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-prometheus-url", url], tmp_path, timeout=120)
     assert_one_line_error(run, expected)
     assert "e.g. http://prometheus:9090" in run.output
     assert_nowhere(SECRET, run, tmp_path)
@@ -91,38 +91,38 @@ def test_a_prometheus_url_that_does_not_parse(url, expected, tmp_path):
 
 def test_the_password_of_an_unreachable_prometheus_url_is_never_shown(tmp_path):
     port = _closed_port()
-    run = run_pytest([SUITE, "--prometheus-url", f"http://user:{SECRET}@127.0.0.1:{port}"], tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-prometheus-url", f"http://user:{SECRET}@127.0.0.1:{port}"], tmp_path, timeout=120)
     assert_one_line_error(run, f"cannot reach Prometheus at http://127.0.0.1:{port}")
     assert_nowhere(SECRET, run, tmp_path)
 
 
 def test_unreachable_prometheus_url(tmp_path):
-    run = run_pytest([SUITE, "--prometheus-url", "http://127.0.0.1:1", "--prometheus-token-file", _token(tmp_path)],
-                     tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-prometheus-url", "http://127.0.0.1:1", "--cp-prometheus-token-file",
+                      _token(tmp_path)], tmp_path, timeout=120)
     assert_one_line_error(run, "cannot reach Prometheus at http://127.0.0.1:1")
 
 
 def test_an_endpoint_that_is_not_prometheus(serve, tmp_path):
     url = serve(_Page)
-    run = run_pytest([SUITE, "--prometheus-url", url], tmp_path, timeout=120)
+    run = run_pytest([SUITE, "--cp-prometheus-url", url], tmp_path, timeout=120)
     assert_one_line_error(run, f"{url} is not a Prometheus API (GET /api/v1/status/buildinfo answered 200")
 
 
 def test_refused_credentials(serve, tmp_path):
     url = serve(_Unauthorized)
-    run = run_pytest([SUITE, "--prometheus-url", url, "--prometheus-token-file", _token(tmp_path)], tmp_path,
+    run = run_pytest([SUITE, "--cp-prometheus-url", url, "--cp-prometheus-token-file", _token(tmp_path)], tmp_path,
                      timeout=120)
     assert_one_line_error(run, f"Prometheus at {url} answered 401 (unauthorized)")
     assert SECRET not in run.output
 
 
 @pytest.mark.parametrize("args,expected", [
-    pytest.param(["--prometheus-ca-file", "/nonexistent/ca.crt"], "need --prometheus-url", id="ca-without-url"),
-    pytest.param(["--prometheus-url", "http://127.0.0.1:1", "--prometheus-token-file", "/nonexistent/token"],
-                 "--prometheus-token-file /nonexistent/token", id="missing-token-file"),
-    pytest.param(["--set", "prometheus_query_timeout=soon"], "prometheus_query_timeout 'soon' is not a Prometheus "
+    pytest.param(["--cp-prometheus-ca-file", "/nonexistent/ca.crt"], "need --cp-prometheus-url", id="ca-without-url"),
+    pytest.param(["--cp-prometheus-url", "http://127.0.0.1:1", "--cp-prometheus-token-file", "/nonexistent/token"],
+                 "--cp-prometheus-token-file /nonexistent/token", id="missing-token-file"),
+    pytest.param(["--cp-set", "prometheus_query_timeout=soon"], "prometheus_query_timeout 'soon' is not a Prometheus "
                  "duration", id="bad-timeout"),
-    pytest.param(["--set", "prometheus_backfill_minutes=500"], "prometheus_backfill_minutes must be <= 118",
+    pytest.param(["--cp-set", "prometheus_backfill_minutes=500"], "prometheus_backfill_minutes must be <= 118",
                  id="history-longer-than-a-block"),
 ])
 def test_bad_prometheus_options(args, expected, tmp_path):

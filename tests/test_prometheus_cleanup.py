@@ -3,7 +3,7 @@
 The Prometheus suite is started as a user starts it and interrupted once its
 embedded Prometheus runs: Ctrl-C on the embedded cluster (its directory
 lives in the cluster's), SIGTERM against an existing cluster
-(``--kubeconfig``: its own directory under the cache). A run killed with
+(``--cp-kubeconfig``: its own directory under the cache). A run killed with
 SIGKILL cannot clean up: its Prometheus dies with it (``PR_SET_PDEATHSIG``)
 and the next run's sweep removes the directory.
 """
@@ -29,9 +29,9 @@ SUITE = "suites/test_prometheus_limits.py"
 
 
 def _start(tmp_path, run_id: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", SUITE, "--profile", "smoke", "--run-id", run_id, "-q", "-p", "no:randomly",
-           "--set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}", f"--summary={tmp_path / 'summary.json'}",
-           f"--cp-output-dir={tmp_path / 'out'}", *extra]
+    cmd = [sys.executable, "-m", "pytest", SUITE, "--cp-profile", "smoke", "--cp-run-id", run_id, "-q",
+           "-p", "no:randomly", "--cp-set", "real_nodes=0", f"--alluredir={tmp_path / 'allure'}",
+           f"--cp-summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -71,7 +71,7 @@ def test_ctrl_c_on_the_embedded_cluster_leaves_no_prometheus(tmp_path):
 def test_an_interrupted_run_against_an_existing_cluster_leaves_no_prometheus(sig, cluster, tmp_path):
     run_id = f"promint-{os.urandom(2).hex()}"
     directory = runs_root() / f"cp-{run_id}"
-    proc = _start(tmp_path, run_id, "--kubeconfig", str(cluster.kubeconfig))
+    proc = _start(tmp_path, run_id, "--cp-kubeconfig", str(cluster.kubeconfig))
     try:
         prom = running_prometheus(proc, directory)
         with kept_from_other_sweeps(directory) if sig == signal.SIGKILL else nullcontext():

@@ -23,8 +23,8 @@ that API server with the kubeconfig's credentials) over the smoke history
 - prometheus-api-client with its default retries turns a timed-out query
   into ``RetryError`` after four requests, the body (and errorType) lost;
   the harness's client sends it once and shows ``503 timeout``;
-- against an existing Prometheus (``--prometheus-url``) the suite is
-  read-only unless ``--allow-destructive``.
+- against an existing Prometheus (``--cp-prometheus-url``) the suite is
+  read-only unless ``--cp-allow-destructive``.
 """
 from __future__ import annotations
 
@@ -150,4 +150,4 @@ def test_an_existing_prometheus_is_read_only_without_allow_destructive(cluster, 
                  "test_a_tiny_request_timeout_cuts_a_modest_query"):
         assert name in run.passed, run.output[-3000:]
     assert not [p for p in run.passed if p.startswith(HEAVY)], run.passed
-    assert "pass --allow-destructive to run it" in run.output, run.output[-3000:]
+    assert "pass --cp-allow-destructive to run it" in run.output, run.output[-3000:]

@@ -66,7 +66,7 @@ SLO_VERDICT = "SLO (p99"
 
 def _args(run_id: str, *extra: str) -> list[str]:
     # One real node, said explicitly: the self-tests' runs have none unless asked (tests/harness.py).
-    return [SUITE, "--profile", "smoke", "--run-id", run_id, "--set", "real_nodes=1", *extra]
+    return [SUITE, "--cp-profile", "smoke", "--cp-run-id", run_id, "--cp-set", "real_nodes=1", *extra]
 
 
 def _cluster(prefix: str) -> tuple[str, KwokCluster]:
@@ -239,8 +239,8 @@ def test_a_node_without_nvml_and_kubelets_running_as_the_admin_fail_their_checks
     the classification check names the exempt flow and the admin identity of the heartbeats."""
     run_id, kc = _cluster("rn-ctl")
     try:
-        run = run_pytest(_args(run_id, "-k", "checker_pod or classified", "--set", "real_node_nvml=false",
-                               "--set", "real_node_identity=false"), tmp_path, timeout=600)
+        run = run_pytest(_args(run_id, "-k", "checker_pod or classified", "--cp-set", "real_node_nvml=false",
+                               "--cp-set", "real_node_identity=false"), tmp_path, timeout=600)
     finally:
         kc.delete()
     assert run.returncode == 1, run.output[-3000:]

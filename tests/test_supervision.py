@@ -18,7 +18,7 @@ pytestmark = pytest.mark.selftest
 
 
 def test_a_module_that_kills_a_component_fails_and_the_next_one_runs(tmp_path):
-    run = run_pytest(["tests/poison/poisoner.py", "tests/poison/bystander.py", "--profile", "smoke",
+    run = run_pytest(["tests/poison/poisoner.py", "tests/poison/bystander.py", "--cp-profile", "smoke",
                       "-p", "no:randomly"], tmp_path, timeout=600)
     assert run.returncode == 1, run.output[-3000:]
     [(name, msg)] = run.failures.items()

@@ -1,6 +1,6 @@
 """Negative controls, bad input and cleanup for suites/test_taint_isolation.py.
 
-The suite runs as a user would run it (a subprocess, ``--kubeconfig`` on this
+The suite runs as a user would run it (a subprocess, ``--cp-kubeconfig`` on this
 session's embedded cluster, so the existing-cluster backend; the cluster is
 simulated, so ``team_admission: auto`` installs the harness's policies):
 
@@ -58,8 +58,8 @@ EXACT = "test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams"
 
 
 def _args(cluster, profile, run_id, *sets, select=None):
-    return [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", run_id,
-            *(["-k", select] if select else []), *[f"--set={s}" for s in sets]]
+    return [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, "--cp-run-id", run_id,
+            *(["-k", select] if select else []), *[f"--cp-set={s}" for s in sets]]
 
 
 def _run(cluster, profile, tmp_path, *sets, select=None, timeout=600):
@@ -205,7 +205,8 @@ def test_namespace_without_team_label_is_one_clear_line(cluster, profile, run_id
 ])
 def test_bad_taint_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
     """Caught when the profile loads: exit 4 before any cluster is started."""
-    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
+    assert_one_line(run_pytest([SUITE, "--cp-profile", "smoke", f"--cp-set={setting}"], tmp_path, timeout=120),
+                    expected)
 
 
 # --- nothing is left behind ------------------------------------------------------------------

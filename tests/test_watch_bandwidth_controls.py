@@ -1,12 +1,12 @@
 """Negative controls, bad input, read-only mode and cleanup for suites/test_watch_bandwidth.py.
 
-The suite runs as a user would run it (a pytest subprocess; ``--kubeconfig``
+The suite runs as a user would run it (a pytest subprocess; ``--cp-kubeconfig``
 on this session's embedded cluster, except where the control needs a cluster
 configured differently, which the suite then starts itself):
 
 - healthy: every check passes, and nothing of the run is left;
 - kube-controller-manager with ``--max-endpoints-per-slice=1000``
-  (``--set watch_kcm_max_endpoints_per_slice=1000``, the suite's own embedded
+  (``--cp-set watch_kcm_max_endpoints_per_slice=1000``, the suite's own embedded
   cluster): the slice-size and budget checks fail, naming the slice size and
   the bytes per change;
 - the kube-proxy-like watchers fed the ``Endpoints`` object
@@ -59,9 +59,9 @@ def _rid(tag: str) -> str:
 
 def _run(cluster, profile, tmp_path, *sets, existing=True, timeout=900):
     rid = _rid("c")
-    args = [SUITE, "--profile", profile.name, "--run-id", rid, *[f"--set={s}" for s in sets]]
+    args = [SUITE, "--cp-profile", profile.name, "--cp-run-id", rid, *[f"--cp-set={s}" for s in sets]]
     if existing:
-        args += ["--kubeconfig", str(cluster.kubeconfig)]
+        args += ["--cp-kubeconfig", str(cluster.kubeconfig)]
     return rid, run_pytest(args, tmp_path, timeout=timeout)
 
 
@@ -147,8 +147,8 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     pods_before = {p["metadata"]["name"]
                    for p in list_raw(cluster.api, f"/api/v1/namespaces/{svc.namespace}/pods")["items"]}
     rid = _rid("r")
-    run = run_pytest([SUITE, "--kubeconfig", str(kubeconfig), "--as-real-cluster", "--profile", profile.name,
-                      "--run-id", rid, f"--set=watch_service={name}", "--set=watch_window_s=15"], tmp_path,
+    run = run_pytest([SUITE, "--cp-kubeconfig", str(kubeconfig), "--cp-as-real-cluster", "--cp-profile", profile.name,
+                      "--cp-run-id", rid, f"--cp-set=watch_service={name}", "--cp-set=watch_window_s=15"], tmp_path,
                      timeout=600)
     assert token not in run.output
     assert run.returncode == 0, run.output[-4000:]
@@ -179,7 +179,8 @@ def test_read_only_mode_measures_an_existing_service_and_creates_nothing(cluster
     pytest.param("watch_churn_kinds=replace,explode", "watch_churn_kinds", id="unknown-churn-kind"),
 ])
 def test_bad_watch_profile_values_end_the_run_with_one_line(setting, expected, tmp_path):
-    assert_one_line(run_pytest([SUITE, "--profile", "smoke", f"--set={setting}"], tmp_path, timeout=120), expected)
+    assert_one_line(run_pytest([SUITE, "--cp-profile", "smoke", f"--cp-set={setting}"], tmp_path, timeout=120),
+                    expected)
 
 
 @pytest.mark.parametrize("setting,expected", [
@@ -201,7 +202,7 @@ def test_settings_the_cluster_cannot_honour_are_one_line(cluster, profile, setti
 def test_interrupted_run_leaves_nothing(cluster, profile, tmp_path, api_guard):
     """Ctrl-C while the per-node Service is being grown and churned: its pods and namespace still go."""
     rid = _rid("i")
-    args = [SUITE, "--kubeconfig", str(cluster.kubeconfig), "--profile", profile.name, "--run-id", rid]
+    args = [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, "--cp-run-id", rid]
     with background_pytest(args, tmp_path) as proc:
         def pods_up():
             ended_early(proc)

@@ -365,7 +365,7 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
     pytest.param("failed", "Failed: clusterproof: the SLO figures are void: the API server restarted\n",
                  "Harness or environment error", id="harness-error-naming-an-slo"),
     pytest.param("failed", "AssertionError: 2 check(s) now failing: a, b\n",
-                 "Regression against the baseline (--baseline: a figure or a check got worse)", id="regression"),
+                 "Regression against the baseline (--cp-baseline: a figure or a check got worse)", id="regression"),
     pytest.param("failed", "AssertionError: job burst-0: 3 of 18 pods bound\nassert False\n", "Cluster defect",
                  id="cluster-defect"),
 ])

@@ -251,21 +251,21 @@ def test_the_team_suite_runs_against_an_embedded_cluster_with_its_own_key(instal
 
 def test_the_team_key_is_accepted_and_a_typo_refused_in_one_line(installed, team_dir):
     _, venv = installed
-    ok = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pods=9"], team_dir)
+    ok = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--cp-set", "team_pods=9"], team_dir)
     assert ok.returncode == 0 and "2 tests collected" in ok.stdout, ok.stdout + ok.stderr
-    typo = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pod=9"], team_dir)
+    typo = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--cp-set", "team_pod=9"], team_dir)
     assert typo.returncode == 4 and "Traceback" not in typo.stdout + typo.stderr, typo
     assert typo.stderr.strip().splitlines() == [
-        f"ERROR: clusterproof: --set team_pod=9: unknown key 'team_pod'; the keys are listed in "
+        f"ERROR: clusterproof: --cp-set team_pod=9: unknown key 'team_pod'; the keys are listed in "
         f"{next((venv / 'lib').glob('python3*/site-packages'))}/clusterproof/config/profiles/base.yaml"], typo.stderr
-    bad = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--set", "team_pods=0"], team_dir)
+    bad = _run([venv / "bin" / "pytest", "--collect-only", "-q", "--cp-set", "team_pods=0"], team_dir)
     assert bad.returncode == 4 and "team_pods must be >= 1, got 0" in bad.stderr, bad
 
 
 def test_the_team_suite_runs_against_a_kubeconfig(installed, team_dir, cluster, profile):
     _, venv = installed
-    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--kubeconfig", cluster.kubeconfig,
-                "--profile", profile.name, "--set", "real_nodes=0", "--set", "team_pods=5"], team_dir)
+    run = _run([venv / "bin" / "pytest", "-q", "-p", "no:randomly", "--cp-kubeconfig", cluster.kubeconfig,
+                "--cp-profile", profile.name, "--cp-set", "real_nodes=0", "--cp-set", "team_pods=5"], team_dir)
     assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]
     assert "starting embedded cluster" not in run.stdout + run.stderr
 
@@ -273,7 +273,8 @@ def test_the_team_suite_runs_against_a_kubeconfig(installed, team_dir, cluster, 
 def test_a_shipped_check_runs_from_the_installed_package(installed, cluster, profile, tmp_path):
     _, venv = installed
     run = _run([venv / "bin" / "clusterproof", "run", "-q", "-p", "no:randomly", "-k", "test_every_node_is_ready",
-                "--kubeconfig", cluster.kubeconfig, "--profile", profile.name, "--set", "real_nodes=0"], tmp_path)
+                "--cp-kubeconfig", cluster.kubeconfig, "--cp-profile", profile.name, "--cp-set", "real_nodes=0"],
+               tmp_path)
     out = run.stdout + run.stderr
     assert run.returncode == 0 and " passed" in run.stdout and "failed" not in run.stdout, out[-4000:]
 

@@ -324,7 +324,7 @@ def test_the_nightly_script_compares_with_the_last_good_night_and_carries_the_hi
     (prev / "summary.json").write_text("{}")
     status, calls, repo = _nightly(tmp_path, {}, PREVIOUS=str(prev), KUBECONFIG_FILE="/tmp/kc", PROFILE="smoke")
     assert status == 0
-    assert calls[0] == ["run", "--baseline", f"{prev}/summary.json", "--kubeconfig", "/tmp/kc", "PROFILE=smoke",
+    assert calls[0] == ["run", "--cp-baseline", f"{prev}/summary.json", "--cp-kubeconfig", "/tmp/kc", "PROFILE=smoke",
                         "ARGS="]
     assert calls[1][0] == "report" and len(calls[1]) == 3
     assert (repo / "out" / "history" / "history-trend.json").exists()

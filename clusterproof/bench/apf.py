@@ -17,7 +17,7 @@ checks, with the same code (``clusterproof.apf.overload.flooded``,
 
 and ``reports/bench/apf.png`` (429s per second by flow schema).
 
-    python -m clusterproof.bench.apf [--profile smoke] [--set nodes=1000 ...]
+    python -m clusterproof.bench.apf [--cp-profile smoke] [--cp-set nodes=1000 ...]
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     args = common.parser(__doc__, "smoke", "apf.json").parse_args(argv)
     if args.kubeconfig:
         raise common.fail(ValueError("clusterproof.bench.apf floods and joins nodes on the embedded cluster: "
-                                     "drop --kubeconfig"))
+                                     "drop --cp-kubeconfig"))
     profile = common.load(args)
     with common.cluster(args, profile) as c, tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
         config = apf.read_config(c.api)

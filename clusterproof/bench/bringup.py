@@ -8,7 +8,7 @@ CPU over an idle window at full size. Targets (2-core machine): 7,500
 nodes Ready <= 60 s, idle control plane <= 1 core, apiserver RSS <= 4 GiB;
 the JSON records what was measured, whatever it is.
 
-    python -m clusterproof.bench.bringup [--profile nightly] [--set key=value ...] [--idle-seconds 120]
+    python -m clusterproof.bench.bringup [--cp-profile nightly] [--cp-set key=value ...] [--idle-seconds 120]
 """
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.kubeconfig:
         raise common.fail(ValueError("clusterproof.bench.bringup measures the embedded cluster's bring-up: "
-                                     "drop --kubeconfig"))
+                                     "drop --cp-kubeconfig"))
     profile = common.load(args)
     run_id = new_run_id()
     kc = KwokCluster(f"{NAME_PREFIX}{run_id}", 1, 40)   # the cluster common.cluster starts: its directory

@@ -9,7 +9,7 @@ requests in flight). Both create rates are measured the same way (pods seen
 created on one pod watch, first to last); ``create_rate_ratio`` =
 locust / thread pool, target >= 0.9 (the generator is not the bottleneck).
 
-    python -m clusterproof.bench.burst [--profile smoke] [--set key=value ...] [--kubeconfig PATH]
+    python -m clusterproof.bench.burst [--cp-profile smoke] [--cp-set key=value ...] [--cp-kubeconfig PATH]
     python -m clusterproof.bench.burst --workers 1,2,4     # reports/bench/burst_workers.json
 
 With ``--workers``: the same burst on locust's distributed mode, once per worker count, the

@@ -50,12 +50,14 @@ say = progress.say
 
 
 def parser(doc: str, default_profile: str, out: str) -> argparse.ArgumentParser:
-    """--profile, --set, --kubeconfig and --out (default ``reports/bench/<out>`` in a checkout, else
+    """--cp-profile, --cp-set, --cp-kubeconfig and --out (default ``reports/bench/<out>`` in a checkout, else
     ``<output dir>/bench/<out>``); add your own."""
     ap = ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--profile", default=default_profile)
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--kubeconfig", default=None, help="an existing cluster instead of an embedded one")
+    # The run's spellings (--cp-); the unprefixed ones are still read, as the plugin reads them.
+    ap.add_argument("--cp-profile", "--profile", dest="profile", default=default_profile)
+    ap.add_argument("--cp-set", "--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    ap.add_argument("--cp-kubeconfig", "--kubeconfig", dest="kubeconfig", default=None,
+                    help="an existing cluster instead of an embedded one")
     ap.add_argument("--out", type=Path, default=OUT_DIR / out)
     return ap
 
@@ -85,7 +87,7 @@ def load(args) -> Profile:
 @contextlib.contextmanager
 def cluster(args, profile: Profile, coscheduling: bool = False,
             run_id: str | None = None) -> Iterator[backends.Cluster]:
-    """An embedded cluster for this bench (or the existing one ``--kubeconfig`` names), gone afterwards."""
+    """An embedded cluster for this bench (or the existing one ``--cp-kubeconfig`` names), gone afterwards."""
     run_id, c = run_id or new_run_id(), None
     try:
         if args.kubeconfig:

@@ -10,7 +10,7 @@ and locust's client-side figures beside them). The knee is the highest rate
 at which both SLOs hold (mutating calls p99 <= 1 s, pod startup p99 <= 5 s);
 the nightly profile's ``burst_steady_rate`` is chosen below it (docs/suites/burst_pod_creation.md).
 
-    python -m clusterproof.bench.knee [--profile nightly] [--rates 10,20,40] [--seconds 30] [--kubeconfig PATH]
+    python -m clusterproof.bench.knee [--cp-profile nightly] [--rates 10,20,40] [--seconds 30] [--cp-kubeconfig PATH]
 
 Writes ``reports/bench/knee.json`` and the plot ``reports/bench/knee.png``.
 """

@@ -7,7 +7,7 @@ join to decision per node, with its data in the JSON):
   machines (default 7,500, 2 % of them faulty) checked by one process
   against the mock NVML library, against one process per machine (measured
   on a sample and projected) -- why the agent checks in-process;
-- on an embedded cluster of ``nodes`` (``--set nodes=1000``): the suite's two
+- on an embedded cluster of ``nodes`` (``--cp-set nodes=1000``): the suite's two
   phases (``clusterproof/preflight/phases.py``) with the reference agent --
   ``preflight_join_nodes`` nodes join (``preflight_fault_fraction`` faulty):
   time from join to quarantine / release (distribution); then
@@ -18,7 +18,7 @@ join to decision per node, with its data in the JSON):
   remediated, and the apiserver's request counters over the same windows
   (``apiserver_request_total``, everything the control plane did).
 
-    python -m clusterproof.bench.preflight [--profile smoke] [--set key=value ...] [--machines 7500]
+    python -m clusterproof.bench.preflight [--cp-profile smoke] [--cp-set key=value ...] [--machines 7500]
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.kubeconfig:
         raise common.fail(ValueError("clusterproof.bench.preflight plays the agent on simulated nodes: "
-                                     "drop --kubeconfig"))
+                                     "drop --cp-kubeconfig"))
     profile, say = common.load(args), common.say
     say(f"checker: {args.machines} simulated machines in one process vs a process each")
     cost = checker_cost(args.machines)

@@ -14,7 +14,7 @@ Writes ``reports/bench/prometheus.json``:
 
 No Kubernetes cluster is needed (the history and a synthetic scrape target stand in for it).
 
-    python -m clusterproof.bench.prometheus [--profile nightly] [--set key=value ...] [--memory-bound-gib 8]
+    python -m clusterproof.bench.prometheus [--cp-profile nightly] [--cp-set key=value ...] [--memory-bound-gib 8]
                                [--wal-series 1000000] [--wal-scrapes 20] [--skip-queries] [--skip-wal]
 """
 from __future__ import annotations
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip-wal", action="store_true")
     args = ap.parse_args(argv)
     if args.kubeconfig:
-        raise common.fail(ValueError("clusterproof.bench.prometheus measures its own Prometheus: drop --kubeconfig"))
+        raise common.fail(ValueError("clusterproof.bench.prometheus measures its own Prometheus: drop --cp-kubeconfig"))
     profile = common.load(args)
     try:
         history = prom_history.build(shape_of(profile), say)

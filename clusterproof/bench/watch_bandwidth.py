@@ -13,8 +13,9 @@ step churned the same way -- every watcher must receive every event; the
 spread between the first and the last watcher's receipt, the harness's own
 CPU and the apiserver's CPU are recorded.
 
-    python -m clusterproof.bench.watch_bandwidth [--profile smoke] [--set nodes=1000 --set watch_sizes=100,500,1000]
-                                    [--watchers 25,50,100,200] [--kubeconfig PATH]
+    python -m clusterproof.bench.watch_bandwidth [--cp-profile smoke]
+                                    [--cp-set nodes=1000 --cp-set watch_sizes=100,500,1000]
+                                    [--watchers 25,50,100,200] [--cp-kubeconfig PATH]
 
 Writes ``reports/bench/watch_bandwidth.json`` and the projection plot
 ``reports/bench/watch_bandwidth.png``.

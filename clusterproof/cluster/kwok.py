@@ -450,7 +450,7 @@ def _owner(d: Path) -> dict:
 
 def sweep_clusters(keep: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
     """Delete embedded clusters on this machine whose run is gone (its process, by pid and
-    start time, no longer runs), except clusters kept on purpose with --keep-cluster and
+    start time, no longer runs), except clusters kept on purpose with --cp-keep-cluster and
     clusters whose run was recorded on another host (``say`` is told about each of those)."""
     swept = []
     root = workdir() / "clusters"
@@ -475,7 +475,7 @@ def still_wanted(d: Path) -> str | None:
     if host:
         return elsewhere_note(f"embedded cluster {d.name}", host)
     if (d / "keep").exists():
-        return f"kept {d.name}: kept on purpose (--keep-cluster)"
+        return f"kept {d.name}: kept on purpose (--cp-keep-cluster)"
     if owner_alive(owner):
         return f"kept {d.name}: its run (pid {owner.get('pid')}) is still going"
     return None
@@ -496,7 +496,7 @@ def sweep_one(name: str) -> str:
 
 def main(argv: list[str]) -> int:
     """``python -m clusterproof.cluster.kwok --sweep-all``: delete every clusterproof embedded
-    cluster on this machine, including ones kept with --keep-cluster, except
+    cluster on this machine, including ones kept with --cp-keep-cluster, except
     those whose run is still going (its process alive on this host) and those
     whose run was recorded on another host (said so, one line each).
 

@@ -555,8 +555,8 @@ def for_run(existing_cluster: bool, prometheus_url: bool,
     """What a run of the suites uses. The embedded cluster: everything (kwok, etcd, the control plane,
     the Coscheduling scheduler, the real nodes' kubelet, Prometheus, the mock NVML library: its start
     builds them all first, clusterproof.cluster.backends.start_embedded). An existing
-    cluster (--kubeconfig): the mock NVML library (the preflight checker run here, and the simulated GPUs
-    of a kwok cluster) and, unless --prometheus-url names the Prometheus under test, Prometheus (the
+    cluster (--cp-kubeconfig): the mock NVML library (the preflight checker run here, and the simulated GPUs
+    of a kwok cluster) and, unless --cp-prometheus-url names the Prometheus under test, Prometheus (the
     embedded one that scrapes the cluster). Nothing of a cluster of the harness's own."""
     if not existing_cluster:
         return components(kubernetes_version)

@@ -3,7 +3,7 @@
 Why: before an upgrade an SRE wants to know what the new version changes in
 the behaviour and figures this harness checks -- the report attached to the
 upgrade ticket. ``make upgrade-check FROM=v1.34.4 TO=v1.35.4 PROFILE=smoke``
-runs the suites at FROM, then at TO with ``--baseline`` set to FROM's
+runs the suites at FROM, then at TO with ``--cp-baseline`` set to FROM's
 summary, one after the other (never at the same time: both would share two
 cores). Each version's control plane is built once and cached.
 
@@ -39,8 +39,8 @@ ROOT = Path.cwd()
 
 
 def pytest_cmd(version: str, profile: str, run: outputs.RunOutputs, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pytest", "suites", "--profile", profile, f"--set=kubernetes_version={version}",
-            f"--run-id={run.run_id}", f"--cp-output-dir={run.base}", *extra]
+    return [sys.executable, "-m", "pytest", "suites", "--cp-profile", profile, f"--cp-set=kubernetes_version={version}",
+            f"--cp-run-id={run.run_id}", f"--cp-output-dir={run.base}", *extra]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Run PROFILE at FROM, then at TO compared with FROM.")
     ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.34.4")
     ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.35.4")
-    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--cp-profile", "--profile", dest="profile", default="smoke")   # a run's spellings, both
     ap.add_argument("extra", nargs="*", help="more pytest arguments for both runs (after --)")
     a = ap.parse_args(argv)
     try:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return first.returncode or exitcodes.USAGE
     print(f"upgrade-check 2/2: profile {a.profile} on Kubernetes {a.new}, compared with {a.old} "
           f"(outputs: {new.shown()})", flush=True)
-    second = subprocess.run(pytest_cmd(a.new, a.profile, new, [f"--baseline={old_summary}", *a.extra]), cwd=ROOT)
+    second = subprocess.run(pytest_cmd(a.new, a.profile, new, [f"--cp-baseline={old_summary}", *a.extra]), cwd=ROOT)
     comparison = new.comparison
     if not comparison.exists():
         print(f"clusterproof: the run at {a.new} ended (exit {second.returncode}) before it compared: "

@@ -17,7 +17,7 @@ descriptors, no polling loop and no timer:
 When the run dies and the directory is still there, it deletes the cluster the
 way the next run's sweeper would (``python -m clusterproof.cluster.kwok --sweep
 NAME``, in a child process: the heavy harness is imported only then): unless it
-is kept on purpose (``--keep-cluster``'s ``keep`` file), its run was recorded on
+is kept on purpose (``--cp-keep-cluster``'s ``keep`` file), its run was recorded on
 another host, or another live process has claimed it since. Each action is one
 line in ``$CLUSTERPROOF_CACHE/logs/watchdog.log`` (the cluster's own directory
 is what it removes).
@@ -227,7 +227,7 @@ def _watch(cache: Path, cluster: str, directory: Path, owner: int, pidfd: int | 
         _log(cache, cluster, "removed by its run: done")
         return
     if (directory / "keep").exists():
-        _log(cache, cluster, f"run pid {owner} ended; kept on purpose (--keep-cluster): left running")
+        _log(cache, cluster, f"run pid {owner} ended; kept on purpose (--cp-keep-cluster): left running")
         return
     t0 = time.monotonic()
     _log(cache, cluster, f"run pid {owner} ended without removing it: sweeping")

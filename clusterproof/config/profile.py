@@ -1,6 +1,6 @@
 """Profiles: flat YAML data that sizes a run, checked by a model assembled from the domains' key groups.
 
-Why flat: a user changes one number in a file (or ``--set key=value``), never
+Why flat: a user changes one number in a file (or ``--cp-set key=value``), never
 code (ClusterLoader2 overrides). Every shipped key has a default in
 ``clusterproof/config/profiles/base.yaml``; a profile file overrides some of them and an unknown
 key is an error, so a typo cannot silently fall back to a default.
@@ -17,7 +17,7 @@ check"):
 - an entry point in the group ``clusterproof.profile_keys`` of its own distribution, naming such
   a class (found by every command, not only pytest).
 
-A team key is set like any other (its profile YAML, ``--set``); a key that two groups declare is
+A team key is set like any other (its profile YAML, ``--cp-set``); a key that two groups declare is
 an error, so a team cannot shadow a shipped key.
 """
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _number(v: str) -> Any:
 
 
 def _from_text(model: type[Profile], key: str, value: str) -> Any:
-    """A ``--set`` value (always text) read as the key's type: YAML scalars, comma lists."""
+    """A ``--cp-set`` value (always text) read as the key's type: YAML scalars, comma lists."""
     want = _base_type(model, key)
     if want is str or want is Literal:
         return value
@@ -239,7 +239,7 @@ def resolve_profile_path(name_or_path: str) -> Path:
 
 def load_profile(name_or_path: str, overrides: list[str] | None = None,
                  groups: Sequence[type[KeyGroup]] = ()) -> Profile:
-    """The profile ``name_or_path`` over base.yaml and the groups' defaults, then ``--set`` overrides;
+    """The profile ``name_or_path`` over base.yaml and the groups' defaults, then ``--cp-set`` overrides;
     ``groups``: a team's key groups beside the shipped and installed ones."""
     model = profile_model(groups)
     keys = model.model_fields
@@ -250,12 +250,12 @@ def load_profile(name_or_path: str, overrides: list[str] | None = None,
     layers = [(str(BASE), base), (str(path), _load_yaml(path))]
     for item in overrides or []:
         if "=" not in item:
-            raise HarnessError(f"--set {item!r}: write it as key=value (e.g. --set nodes=500)")
+            raise HarnessError(f"--cp-set {item!r}: write it as key=value (e.g. --cp-set nodes=500)")
         k, v = item.split("=", 1)
         k = k.strip()
         if k not in keys:
-            raise HarnessError(f"--set {item}: unknown key {k!r}; the keys are listed in {BASE}")
-        layers.append((f"--set {item}", {k: _from_text(model, k, v)}))
+            raise HarnessError(f"--cp-set {item}: unknown key {k!r}; the keys are listed in {BASE}")
+        layers.append((f"--cp-set {item}", {k: _from_text(model, k, v)}))
     for origin, data in layers:
         for k, v in data.items():
             if k not in keys:

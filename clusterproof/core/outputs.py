@@ -10,7 +10,7 @@ Now every run writes under its own run id::
         allure-results/         Allure's raw results (unless --alluredir names another place)
         junit.xml               JUnit XML of every check (unless --junitxml names another place)
         summary.json            the run's checks and figures (a run of the suites)
-        comparison.json         against --baseline, when given
+        comparison.json         against --cp-baseline, when given
         perfdata.json           --cp-export perfdata: the figures as ClusterLoader2 PerfData (perfdash)
         openmetrics.txt         --cp-export openmetrics: the figures as OpenMetrics text (Prometheus)
         html/                   the report ``./proof report`` built from this run

@@ -1,7 +1,7 @@
 """Credentials never leave the harness inside a URL (pure).
 
 Why: a user may write basic-auth credentials into a URL
-(``--prometheus-url http://user:secret@prometheus:9090``, a kubeconfig's
+(``--cp-prometheus-url http://user:secret@prometheus:9090``, a kubeconfig's
 ``server:``), and URLs end up in skip reasons, one-line errors, progress lines,
 the Allure environment and attachments. Every URL the harness shows goes
 through ``url``; every one-line error goes through ``text``

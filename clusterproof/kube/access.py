@@ -2,7 +2,7 @@
 
 Why: pre-upgrade validation runs with an identity a security team signs off,
 a ServiceAccount with exactly what ``clusterproof/kube/rbac.yaml`` (and, for
-``--allow-destructive``, ``clusterproof/kube/rbac-destructive.yaml``) grant. This
+``--cp-allow-destructive``, ``clusterproof/kube/rbac-destructive.yaml``) grant. This
 module reads those manifests into a ``Manifest`` -- every role, and where
 each is bound: cluster-wide, in the home namespace, in each pool namespace,
 in each team namespace -- and uses it three ways:
@@ -24,7 +24,7 @@ ValidatingAdmissionPolicies; ``check_policies`` proves, before any test, that
 each exists, is bound and is in force (one request each must refuse, sent as
 a server-side dry run), or ends the run in one line.
 
-``python -m clusterproof.kube.access team-bindings --profile P`` prints the
+``python -m clusterproof.kube.access team-bindings --cp-profile P`` prints the
 RoleBindings that give the harness its pods in the profile's team namespaces.
 """
 from __future__ import annotations
@@ -358,7 +358,7 @@ def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, 
     user = whoami(api)
     gaps = missing(api, manifest)
     if gaps:
-        teams = (" and the team bindings (python -m clusterproof.kube.access team-bindings --profile ...)"
+        teams = (" and the team bindings (python -m clusterproof.kube.access team-bindings --cp-profile ...)"
                  if team_namespaces else "")
         raise HarnessError(f"{user} may not {'; '.join(gaps)}: the harness runs as ServiceAccount "
                            f"{HOME}/{SERVICE_ACCOUNT} with {files}{teams} applied; see docs/real-cluster.md")
@@ -506,7 +506,7 @@ def object_paths(docs: list[dict]) -> list[tuple[str, dict]]:
 
 def provision(api: client.ApiClient, docs: list[dict] | None = None) -> None:
     """What an SRE applies once (``kubectl apply -f clusterproof/kube/rbac.yaml``), done by an admin identity:
-    the embedded cluster is set up like a real one, so a run pointed at it with ``--kubeconfig`` (as
+    the embedded cluster is set up like a real one, so a run pointed at it with ``--cp-kubeconfig`` (as
     the ServiceAccount, or as admin) works in the same pool. Objects already there are kept."""
     from clusterproof.kube.client import create_if_absent
     for path, doc in object_paths(docs if docs is not None else manifest_docs(destructive=False)):
@@ -531,7 +531,7 @@ def main(argv: list[str]) -> int:
     p = ArgumentParser(prog="python -m clusterproof.kube.access")
     sub = p.add_subparsers(dest="cmd", required=True)
     tb = sub.add_parser("team-bindings", help="RoleBindings for the profile's team_namespaces (kubectl apply -f -)")
-    tb.add_argument("--profile", default="nightly")
+    tb.add_argument("--cp-profile", "--profile", dest="profile", default="nightly")   # a run's spellings, both
     args = p.parse_args(argv)
     try:
         profile = load_profile(args.profile, [])

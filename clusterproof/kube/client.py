@@ -30,7 +30,7 @@ def load_client(kubeconfig: str | Path, context: str | None = None,
                 pool_size: int = 16) -> client.ApiClient:
     path = Path(os.path.expanduser(str(kubeconfig)))
     if not path.exists():
-        raise HarnessError(f"kubeconfig {path} does not exist: pass --kubeconfig with the path "
+        raise HarnessError(f"kubeconfig {path} does not exist: pass --cp-kubeconfig with the path "
                            "to your cluster's kubeconfig")
     if not os.access(path, os.R_OK) or path.is_dir():
         raise HarnessError(f"kubeconfig {path} is not a readable file: check its permissions")

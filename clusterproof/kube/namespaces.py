@@ -72,7 +72,7 @@ def create_namespace(api: client.ApiClient, name: str, run_id: str | None = None
 
 
 class Created:
-    """A simulated cluster (the embedded one, or one of kwok nodes named by --kubeconfig): a namespace per
+    """A simulated cluster (the embedded one, or one of kwok nodes named by --cp-kubeconfig): a namespace per
     use, created and deleted by the run."""
     kind = "created"
 

@@ -8,7 +8,7 @@ create, so two rules live here once (the sweeper of dead runs' leftovers,
   ``resourceVersion`` read with it): the node lifecycle controller, the
   cluster's own machinery and other runs write taints too, and a lost update
   would silently drop theirs;
-- on a node the run did not create (real hardware, ``--allow-destructive``)
+- on a node the run did not create (real hardware, ``--cp-allow-destructive``)
   the run records, under its own annotation key
   ``clusterproof.io/added-taints.<run id>``, only the taints it actually
   added -- a taint the node already had is not the run's to remove -- and

@@ -30,7 +30,7 @@ its Lease before anything else and deletes it last, so a record or claim
 without a Lease in the later list belongs to a run that is over.
 
 On real hardware the sweeper asks first: it lists what it would remove and
-removes it only with ``--sweep-leftovers`` (or ``sweep_real_clusters: true``).
+removes it only with ``--cp-sweep-leftovers`` (or ``sweep_real_clusters: true``).
 Every sweep is printed and attached to the report.
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Sweep:
         if not self.found:
             return ["no leftovers of earlier runs"] + out
         if self.asked:
-            return [f"would remove (pass --sweep-leftovers to remove): {x}" for x in self.found] + out
+            return [f"would remove (pass --cp-sweep-leftovers to remove): {x}" for x in self.found] + out
         return [(f"could not remove (forbidden): {x}" if x.what in self.forbidden else
                  f"left in place (another run's now: taken over or made again since it was listed): {x}"
                  if x.what in self.replaced else f"removed: {x}") for x in self.found] + out

@@ -3,7 +3,7 @@
 Why a module: the suite cross-checks the cluster's preflight decisions with
 the checker's own verdict per node, the same way on both kinds of cluster:
 
-- real hardware (``--kubeconfig``, ``--allow-destructive``): a pod per idle
+- real hardware (``--cp-kubeconfig``, ``--cp-allow-destructive``): a pod per idle
   GPU node, image ``preflight_image``, pinned to it as a DaemonSet pins its
   pods (node affinity on ``metadata.name``, through the scheduler; never
   ``nodeName``), tolerating exactly that node's taints -- it must also run on

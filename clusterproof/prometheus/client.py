@@ -15,7 +15,7 @@ timeout is the ``timeout`` *parameter* (``params={"timeout": ...}``),
 capped by ``--query.timeout``. Both are explicit here (``wait_s`` and
 ``timeout``).
 
-Bad input (``--prometheus-url``): a URL that does not parse, an unreachable
+Bad input (``--cp-prometheus-url``): a URL that does not parse, an unreachable
 URL, an endpoint that is not a Prometheus, or refused credentials become one
 line (``HarnessError``), never a traceback; the token is never printed.
 Basic-auth credentials in the URL (``http://user:pass@host``) are taken out
@@ -129,12 +129,12 @@ def session(token_file: str | None = None, ca_file: str | None = None) -> reques
         try:
             token = Path(token_file).expanduser().read_text().strip()
         except OSError as e:
-            raise HarnessError(f"--prometheus-token-file {token_file}: {e.strerror}; give a readable file "
+            raise HarnessError(f"--cp-prometheus-token-file {token_file}: {e.strerror}; give a readable file "
                                "holding the bearer token") from None
         s.headers["Authorization"] = f"Bearer {token}"
     if ca_file:
         if not Path(ca_file).expanduser().is_file():
-            raise HarnessError(f"--prometheus-ca-file {ca_file} does not exist: give the CA bundle that "
+            raise HarnessError(f"--cp-prometheus-ca-file {ca_file} does not exist: give the CA bundle that "
                                "signed the Prometheus server's certificate")
         s.verify = str(Path(ca_file).expanduser())
     return s
@@ -144,18 +144,18 @@ def checked_url(url: str) -> str:
     """``url`` if it is an http(s) URL with a host (and a valid port), else one line saying what is wrong
     and how to fix it -- naming the URL without its credentials."""
     shown = redact.url(url)
-    fix = "--prometheus-url must be the Prometheus server's base URL, e.g. http://prometheus:9090"
+    fix = "--cp-prometheus-url must be the Prometheus server's base URL, e.g. http://prometheus:9090"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in 0..65535
     except ValueError as e:
-        raise HarnessError(f"--prometheus-url {shown!r} does not parse as a URL ({redact.text(str(e))}): "
+        raise HarnessError(f"--cp-prometheus-url {shown!r} does not parse as a URL ({redact.text(str(e))}): "
                            f"{fix}") from None
     if parts.scheme not in ("http", "https"):
         got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
-        raise HarnessError(f"--prometheus-url {shown!r} has {got}, not http or https: {fix}")
+        raise HarnessError(f"--cp-prometheus-url {shown!r} has {got}, not http or https: {fix}")
     if not parts.hostname:
-        raise HarnessError(f"--prometheus-url {shown!r} names no host: {fix}")
+        raise HarnessError(f"--cp-prometheus-url {shown!r} names no host: {fix}")
     return url
 
 
@@ -287,17 +287,17 @@ def check_reachable(prom: Prom) -> dict:
     try:
         a = prom.get("/api/v1/status/buildinfo", wait_s=10)
     except requests.exceptions.SSLError as e:
-        raise HarnessError(f"cannot talk to Prometheus at {where} (TLS: {short_reason(e)}): pass --prometheus-ca-file "
-                           "with the CA that signed its certificate") from None
+        raise HarnessError(f"cannot talk to Prometheus at {where} (TLS: {short_reason(e)}): pass "
+                           "--cp-prometheus-ca-file with the CA that signed its certificate") from None
     except requests.exceptions.RequestException as e:
-        raise HarnessError(f"cannot reach Prometheus at {where} ({short_reason(e)}): check --prometheus-url and that "
-                           "Prometheus is up") from None
+        raise HarnessError(f"cannot reach Prometheus at {where} ({short_reason(e)}): check --cp-prometheus-url and "
+                           "that Prometheus is up") from None
     if a.status in (401, 403):
         raise HarnessError(f"Prometheus at {where} answered {a.status} "
                            f"({'unauthorized' if a.status == 401 else 'forbidden'}) "
-                           "to GET /api/v1/status/buildinfo: pass --prometheus-token-file with a token it accepts")
+                           "to GET /api/v1/status/buildinfo: pass --cp-prometheus-token-file with a token it accepts")
     if not a.ok or not isinstance(a.data, dict) or "version" not in a.data:
         got = f"{a.status} {a.error_type}".strip() if a.status != 200 else "200 without a Prometheus build info"
         raise HarnessError(f"{where} is not a Prometheus API (GET /api/v1/status/buildinfo answered {got}): "
-                           "--prometheus-url must be the server's base URL, e.g. http://prometheus:9090")
+                           "--cp-prometheus-url must be the server's base URL, e.g. http://prometheus:9090")
     return a.data

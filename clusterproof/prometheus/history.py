@@ -373,7 +373,7 @@ def link_into(history: History, data_dir: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m clusterproof.prometheus.history --profile nightly [--set key=value ...]``: build (or find) the
+    """``python -m clusterproof.prometheus.history --cp-profile nightly [--cp-set key=value ...]``: build (or find) the
     profile's history ahead of a run, e.g. before a timed nightly job."""
     import sys
 
@@ -381,13 +381,13 @@ def main(argv: list[str]) -> int:
     from clusterproof.core import exitcodes
     from clusterproof.core.errors import ArgumentParser
     ap = ArgumentParser(description=main.__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="smoke")
-    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--cp-profile", "--profile", dest="profile", default="smoke")   # a run's spellings, both
+    ap.add_argument("--cp-set", "--set", action="append", default=[], dest="overrides")
     args = ap.parse_args(argv)
     try:
         to_terminal()   # the build's heartbeats, timestamped, on stderr
         shape = shape_of(load_profile(args.profile, args.overrides))
-    except HarnessError as e:   # a bad profile or --set: 4
+    except HarnessError as e:   # a bad profile or --cp-set: 4
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.USAGE
     try:

@@ -197,7 +197,7 @@ def too_light(target, profile, selected_series: int) -> str:
     return (f"the Prometheus at {target.prom.url} holds {selected_series:,} {EVERY_BUCKET} series over the last "
             f"{profile.prometheus_backfill_minutes} minutes (prometheus_backfill_minutes), too few for it: judge "
             "its timeout where it holds a cluster's worth of histograms, or judge the embedded Prometheus "
-            "(no --prometheus-url)")
+            "(no --cp-prometheus-url)")
 
 
 @dataclass

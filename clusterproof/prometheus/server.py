@@ -10,7 +10,7 @@ What it scrapes: on the embedded cluster, every component kwokctl declares a
 metrics endpoint for in the cluster's own ``kwok.yaml`` (kube-apiserver,
 kube-controller-manager, kube-scheduler, etcd, the kwok controller), with
 the client certificate kwokctl made (``pki/admin.crt``); on an existing
-cluster (``--kubeconfig``), its API server's ``/metrics`` with the
+cluster (``--cp-kubeconfig``), its API server's ``/metrics`` with the
 kubeconfig's credentials. Plus itself.
 
 Ownership, as ``clusterproof.core.processes`` defines it: the process gets a process

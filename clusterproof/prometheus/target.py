@@ -1,4 +1,4 @@
-"""The run's Prometheus: embedded (started, backfilled, removed) or existing (``--prometheus-url``).
+"""The run's Prometheus: embedded (started, backfilled, removed) or existing (``--cp-prometheus-url``).
 
 Why one fixture (``prometheus``, in ``clusterproof.fixtures.prometheus``):
 suites get a ``PromTarget`` whatever is behind it, as they get ``cluster``.
@@ -11,11 +11,11 @@ Here: the target, and how each kind comes to exist and goes away.
   stopped and its directory removed at the end of the run, also after
   Ctrl-C (inside the embedded cluster's directory, so a killed run's is
   swept with its cluster).
-- existing (``--prometheus-url``, ``--prometheus-token-file``,
-  ``--prometheus-ca-file``): read-only by default. Checks that send the
+- existing (``--cp-prometheus-url``, ``--cp-prometheus-token-file``,
+  ``--cp-prometheus-ca-file``): read-only by default. Checks that send the
   seed's heavy queries carry the marker ``heavy_query``; against an existing
   Prometheus they are destructive (shared state) and skipped without
-  ``--allow-destructive``. An unreachable URL, an endpoint that is not a
+  ``--cp-allow-destructive``. An unreachable URL, an endpoint that is not a
   Prometheus and refused credentials end the run before any test with one
   line, exit 4.
 """
@@ -53,7 +53,7 @@ class PromTarget:
 
 
 def existing(url: str, token_file: str | None, ca_file: str | None, limits: Limits) -> PromTarget:
-    """``--prometheus-url``: a Prometheus others run (checked reachable before any test)."""
+    """``--cp-prometheus-url``: a Prometheus others run (checked reachable before any test)."""
     prom = Prom(url, token_file, ca_file)
     return PromTarget("existing", prom, limits, version=check_reachable(prom).get("version", "?"))
 

@@ -49,7 +49,7 @@ CATEGORIES = [
     {"name": "SLO broken", "matchedStatuses": ["failed"], "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS}){_SLO}.*"},
     {"name": "Known upstream limitation (strict expected failure)", "matchedStatuses": ["skipped"],
      "messageRegex": "(?s)XFAIL.*"},
-    {"name": "Regression against the baseline (--baseline: a figure or a check got worse)",
+    {"name": "Regression against the baseline (--cp-baseline: a figure or a check got worse)",
      "matchedStatuses": ["failed"],
      "messageRegex": f"(?s){_NOT_CP}(?!{_HARNESS})(?!{_SLO}){_REGRESSION}.*"},
     {"name": "Cluster defect", "matchedStatuses": ["failed"],

@@ -16,7 +16,7 @@ shown, never judged. A check that passed in the baseline and fails now is
 listed first and is a regression whatever the figures say.
 
 Pure: reads and writes JSON, no cluster. ``clusterproof compare BASELINE
-CANDIDATE [--profile P]`` compares two summaries from the command line (e.g.
+CANDIDATE [--cp-profile P]`` compares two summaries from the command line (e.g.
 an existing cluster before and after its upgrade); exit 6 on a regression.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ record to compare with (``summary.json`` in the run's output directory: what pro
 clusterproof's version and commit, the Kubernetes versions, the profile's hash, see
 ``clusterproof.report.origin`` --, each check's outcome, and every figure a check measured with its
 unit and which direction is better),
-and a short table an SRE pastes into a chat. ``--baseline PATH`` compares
+and a short table an SRE pastes into a chat. ``--cp-baseline PATH`` compares
 this run with an earlier summary (or the median of a folder of them, see
 ``clusterproof.report.compare``): the table is printed, written to
 ``comparison.json`` beside the summary, attached to the report as a check of its own,
@@ -44,7 +44,7 @@ class ReportSession:
     titles: dict[str, str] = field(default_factory=dict)      # nodeid -> the check's sentence
     timing: timing.Timing = field(default_factory=timing.Timing)
     started: float = field(default_factory=time.time)
-    baseline: dict | None = None                              # the loaded --baseline
+    baseline: dict | None = None                              # the loaded --cp-baseline
     summary_path: Path | None = None                          # written at the end of a suite run
     summary: dict | None = None
     comparison: compare.Comparison | None = None

@@ -363,7 +363,7 @@ def check_input(cluster, profile, target: Target | None) -> None:
     api = cluster.api
     if profile.watch_kcm_max_endpoints_per_slice and cluster.kwok is None:
         raise HarnessError("watch_kcm_max_endpoints_per_slice configures the embedded cluster's "
-                           "kube-controller-manager; an existing cluster keeps its own setting (drop --kubeconfig "
+                           "kube-controller-manager; an existing cluster keeps its own setting (drop --cp-kubeconfig "
                            "or the key)")
     if target is not None:
         if get_if_present(api, f"/api/v1/namespaces/{target.namespace}/services/{target.name}") is None:

@@ -1,6 +1,6 @@
 """The team's own profile keys, declared to the clusterproof harness (installed: `pip install clusterproof`).
 
-The hook below adds a key group to the run's profile: `--set team_pods=8` and a profile YAML of
+The hook below adds a key group to the run's profile: `--cp-set team_pods=8` and a profile YAML of
 the team's that names `team_pods` are accepted, and a misspelt key is still refused.
 """
 from typing import Annotated

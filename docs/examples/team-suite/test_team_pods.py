@@ -1,6 +1,6 @@
 """The team's checks: plain pytest functions using the harness's fixtures.
 
-- `cluster`: the cluster under test (an embedded one the harness starts, or `--kubeconfig`);
+- `cluster`: the cluster under test (an embedded one the harness starts, or `--cp-kubeconfig`);
   `cluster.api` is a kubernetes ApiClient.
 - `profile`: the run's profile, the team's keys included (`profile.team_pods`).
 - `namespace`: a fresh namespace for this test, emptied and removed afterwards.
