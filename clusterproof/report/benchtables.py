@@ -24,6 +24,9 @@ from typing import Callable
 COMMAND = "clusterproof bench-tables --write"
 OPEN = "<!-- bench-tables: {} -->"
 CLOSE = "<!-- /bench-tables: {} -->"
+# A recorded command line shown in today's option names (the old names still work, with a warning, until 0.23).
+_OLD_OPTION = re.compile(r"(?<![\w-])--(profile|set|kubeconfig|context|run-id|baseline|summary|output-dir|"
+                         r"allow-destructive|prometheus-url)(?=[\s=]|$)")
 _MARKER = re.compile(r"<!-- bench-tables: ([\w.-]+) -->\n(.*?)<!-- /bench-tables: \1 -->", re.S)
 
 
@@ -99,11 +102,11 @@ def source(path: Path, d: dict) -> str:
     m = d.get("machine") or {}
     bench = path.stem.split("-")[0]
     if d.get("command"):
-        how = f"command `{d['command']}`"
+        how = "command `" + _OLD_OPTION.sub(r"--cp-\1", d["command"]) + "`"
         if d["command"].startswith("python -m bench."):
             how += f" (before the package move; today `python -m clusterproof.bench.{bench}`)"
     else:
-        sets = " ".join(f"--set {o}" for o in d.get("overrides") or [])
+        sets = " ".join(f"--cp-set {o}" for o in d.get("overrides") or [])
         how = (f"profile `{d.get('profile', '?')}`" + (f", `{sets}`" if sets else ", no overrides")
                + f" (this older file does not record the command line; the bench is "
                  f"`python -m clusterproof.bench.{bench}`)")
