@@ -286,7 +286,7 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile, f
         f"{run.flow.level}; the well-behaved client's baseline p99 {base['p99_s']} s)")
 
 
-# --- node-join storm (destructive; simulated clusters only) -----------------------------------
+# --- node-join storm (destructive; the embedded cluster the harness started only) -----------------
 
 @pytest.mark.destructive
 @pytest.mark.smoke

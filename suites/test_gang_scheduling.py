@@ -14,7 +14,8 @@ scheduler (test id ``[coscheduling]`` / ``[native]``):
   with the reason).
 
 Checks 1-3 use a few scratch kwok nodes of their own (label and taint
-``clusterproof.io/scratch``) so free capacity is exact; every pod is a
+``clusterproof.io/scratch``) so free capacity is exact (so they run only on
+the embedded cluster the harness started, and are skipped elsewhere); every pod is a
 whole-node GPU pod (``nvidia.com/gpu: 8``). Check 4 runs one gang over the
 profile's pools; its size is profile data (``gang_scale_size``: 50 on smoke,
 4,000 on nightly).
@@ -201,20 +202,20 @@ NATIVE_SCALE = pytest.mark.xfail(
 
 
 @pytest.mark.smoke
-@pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--allow-destructive)
+@pytest.mark.destructive  # thousands of pods on a real cluster: opt-in (--cp-allow-destructive)
 def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, profile, request, figures,
                                         gang_probes):
     """One gang of ``gang_scale_size`` whole-node pods is bound completely within ``gang_scale_timeout_s``;
     its admission latency (last pod created -> all bound) is the headline figure. Red: the gang did not form
     in time.
 
-    Simulated: over every pool but preflight. Real hardware: over the shared pool only (a guest's pods never
-    tolerate a team's taint, and the cluster's admission may refuse such pods).
+    The harness's own cluster: over every pool but preflight. Any other: over the shared pool only (a guest's
+    pods never tolerate a team's taint, and the cluster's admission may refuse such pods).
     """
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
     if backend.name == "native" and size > NATIVE_SCALE_LIMIT:
         request.applymarker(NATIVE_SCALE)
-    if cluster.simulated:
+    if cluster.owned:
         exclude, where = ("preflight",), "shared and team pools"
         place = g.Placement({}, ({"key": profile.team_taint_key, "operator": "Exists", "effect": "NoSchedule"},))
     else:

@@ -28,15 +28,15 @@ profile, ``clusterproof/preflight/contract.py``):
    (observational, any cluster);
 6. no workload pod was ever bound to a node that had not passed, watched
    for the whole module.
-And the checker on the machine the harness runs on (``--local-gpus``: the
+And the checker on the machine the harness runs on (``--cp-local-gpus``: the
 real ``libnvidia-ml``; otherwise the mock, and the report says so).
 
-On a simulated cluster the harness's reference agent plays the cluster's
-preflight DaemonSet and remediation (``clusterproof/preflight/agent.py``: the
-real checker with real pynvml against each node's simulated GPUs); on real
-hardware the cluster's own machinery is tested. Joining and going bad need
-simulated GPUs (faults cannot be injected into real ones): checks 1-3 run on
-simulated clusters only. Negative controls:
+On the embedded cluster the harness started, its reference agent plays the
+cluster's preflight DaemonSet and remediation (``clusterproof/preflight/agent.py``:
+the real checker with real pynvml against each node's simulated GPUs); on any
+other cluster (real hardware, or kwok nodes someone else runs) the cluster's
+own machinery is tested. Joining and going bad need nodes the harness adds and
+GPUs it can break: checks 1-3 run on the harness's own cluster only. Negative controls:
 tests/test_gpu_preflight_controls.py -- an agent that ignores XID 79 (check
 1 fails naming the node and the reason), one that removes the taint before
 its checks finish (checks 2 and 6 name the pods bound to unchecked nodes),
@@ -78,9 +78,10 @@ def _names(items: list[str]) -> str:
 
 
 def _simulated(run):
-    if not run.simulated:
-        pytest.skip("joining nodes and GPU faults are simulated (kwok nodes, mock NVML): on real hardware the "
-                    "harness cannot add nodes or break GPUs; checks 4-6 cover the cluster's own machinery")
+    if not run.owned:
+        pytest.skip("joining nodes and GPU faults are the harness's own (kwok nodes, mock NVML): it adds nodes and "
+                    "breaks their GPUs only on the embedded cluster it started (no --cp-kubeconfig); here checks 4-6 "
+                    "cover the cluster's own preflight machinery")
     return run
 
 
@@ -193,7 +194,7 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
     agrees with the cluster's decisions; the per-GPU table is attached. Red: a node the cluster released fails the
     checker, or one it holds back passes (named)."""
     run, api, marks = preflight, cluster.api, preflight.marks
-    if cluster.simulated:
+    if cluster.owned:
         nodes = {n: _node(run, n) for n in run.names if _node(run, n) is not None}
         verdicts, refused = simulate_checker_pods(api, namespace, run_id, nodes, run.faults.path, marks,
                                                   profile.node_gpus)
@@ -201,11 +202,15 @@ def test_checker_on_every_gpu_node_agrees_with_the_clusters_decisions(preflight,
         allure.dynamic.parameter("GPUs checked", "SIMULATED: go-nvml's mock DGX H100 machines through the project's "
                                  "libnvidia-ml.so.1 (no GPU here); checker pod manifests proven by server-side dry run",
                                  excluded=True)
+    elif cluster.simulated:
+        pytest.skip("every node is a kwok node of a cluster the harness did not start: no container runs there, so a "
+                    "checker pod has no GPU to check; the embedded cluster (no --cp-kubeconfig) checks its nodes' "
+                    "simulated GPUs, a cluster of real GPU nodes with preflight_image set runs a checker pod on each")
     else:
         if not profile.preflight_image:
-            pytest.fail("clusterproof: preflight_image is empty: name an image with this repository's preflight "
-                        "package and nvidia-ml-py (clusterproof/preflight/checker/Dockerfile) to check real GPU nodes",
-                        pytrace=False)
+            pytest.skip("preflight_image is empty: name an image with this repository's preflight package and "
+                        "nvidia-ml-py (clusterproof/preflight/checker/Dockerfile) to run the checker on the real GPU "
+                        "nodes")
         nodes = idle_gpu_nodes(api)
         if not nodes:
             pytest.skip("no idle GPU node (nvidia.com/gpu allocatable, no workload pod) to run the checker on")
@@ -295,20 +300,21 @@ def test_no_workload_pod_was_ever_bound_to_a_node_that_had_not_passed(preflight,
 
 @pytest.mark.smoke
 def test_checker_passes_on_this_machine(pytestconfig, figures):
-    """The checker passes on this machine: with ``--local-gpus`` its GPUs through its own libnvidia-ml (real
+    """The checker passes on this machine: with ``--cp-local-gpus`` its GPUs through its own libnvidia-ml (real
     hardware); without it, a healthy simulated machine through the project's mock library (the report says
     which). Red: this machine fails preflight, with the checker's reasons."""
     if pytestconfig.option.cp_local_gpus:
-        env, what = checker_env(None, None), "REAL HARDWARE: this machine's GPUs (--local-gpus)"
+        env, what = checker_env(None, None), "REAL HARDWARE: this machine's GPUs (--cp-local-gpus)"
         allure.dynamic.tag("real-hardware")
     else:
-        env, what = checker_env(None, library_dir()), "SIMULATED: mock NVML library (pass --local-gpus for real GPUs)"
+        env = checker_env(None, library_dir())
+        what = "SIMULATED: mock NVML library (pass --cp-local-gpus for real GPUs)"
         allure.dynamic.tag("simulated")
     allure.dynamic.parameter("GPUs checked", what, excluded=True)
     pytestconfig.stash.setdefault(EXTRA_ENV, {})["gpu.local"] = what
     run = run_checker(None, env)
     if run.returncode == 4:
-        pytest.exit(f"clusterproof: --local-gpus: {run.stderr}", returncode=4)
+        pytest.exit(f"clusterproof: --cp-local-gpus: {run.stderr}", returncode=4)
     (name, v), = run.verdicts.items()
     rows = gpu_rows({name: v})
     allure.attach(render_table(rows), "GPU table (this machine)", allure.attachment_type.TEXT)

@@ -24,9 +24,11 @@ steered with node selectors and the outcome is read from the API):
 
 The admission step is the harness's own (clusterproof/taints/admission.py: a
 MutatingAdmissionPolicy and a ValidatingAdmissionPolicy bound to this run's
-namespaces) on a simulated cluster, or the cluster's own
+namespaces) on the embedded cluster the harness started, or the cluster's own
 (``team_admission``). Checks that taint nodes or take whole GPU nodes are
-``destructive``: on real hardware they need --allow-destructive.
+``destructive``: on any other cluster they need --cp-allow-destructive. A check
+needing what the cluster lacks (team namespaces a guest may use, an admission
+step acting on team pods, the low-priority class) is skipped saying which.
 Every test attaches a placement table (pods per team per node pool).
 Negative control: tests/test_taint_isolation_controls.py strips one team
 node's taint and installs a wildcard-injecting policy; the suite must fail
@@ -51,7 +53,7 @@ from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import CHECK_TAINTS
 from clusterproof.kube.pods import create_pods, explain_pods, pod_events, terminating, try_create
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
-from clusterproof.taints.isolation import CHECK_LABEL, check_pod, check_pods
+from clusterproof.taints.isolation import ADMISSION, CHECK_LABEL, LOW_PRIORITY, TEAM_NAMESPACES, check_pod, check_pods
 from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
@@ -75,6 +77,31 @@ def _names(items: list[str]) -> str:
 
 def _team_of(team_ns: dict[str, str]) -> dict[str, str]:
     return {ns: team for team, ns in team_ns.items()}
+
+
+def _need(isolation, *mechanisms: str) -> None:
+    """Skip the check, with the one line ``Isolation.missing`` holds, if the cluster lacks one of ``mechanisms``."""
+    why = isolation.lacking(*mechanisms)
+    if why:
+        pytest.skip(why)
+
+
+def _optional_team_ns(request, isolation) -> dict[str, str]:
+    """The team namespaces of ``team_ns`` where the cluster has them; {} where it has none the run may use (an
+    observational check judges its other pods then, and says what it left out)."""
+    why = isolation.lacking(TEAM_NAMESPACES)
+    if why:
+        allure.attach(why, "team pods left out", allure.attachment_type.TEXT)
+        return {}
+    return request.getfixturevalue("team_ns")
+
+
+def _low_priority(isolation) -> bool:
+    """Can this check's low-priority pod be made (the class exists)? Says so in the report where it cannot."""
+    why = isolation.lacking(LOW_PRIORITY)
+    if why:
+        allure.attach(why, "low-priority pod left out", allure.attachment_type.TEXT)
+    return why is None
 
 
 def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
@@ -168,6 +195,7 @@ def test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams(cluster,
     """Admission gives each team's pods exactly their team's toleration (never a wildcard), and they land only on their
     team's or shared nodes; a pod sent to another team's pool stays Pending. Red: a wrong toleration, or a pod on
     another team's node (named)."""
+    _need(isolation, ADMISSION)
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     has_shared = "shared" in isolation.pool_of.values()
     unrelated = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
@@ -227,6 +255,7 @@ def test_foreign_team_toleration_is_refused_as_declared(cluster, isolation, team
     """``reject``: the create is refused. ``correct``: the pod is created without the toleration
     (and so stays off the other team's nodes). Adding one to a running pod is refused either way
     (``correct`` also accepts an update that admission strips). Red: a foreign toleration got through."""
+    _need(isolation, ADMISSION)
     api, rules, teams = cluster.api, isolation.rules, list(profile.teams)
     team, other = teams[0], (teams[1] if len(teams) > 1 else None)
     sel = lambda pool: {profile.pool_label: pool}  # noqa: E731
@@ -299,6 +328,7 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
                                                                     run_id, profile, figures):
     """Low-priority pods borrow idle nodes of every team and are preempted (with a Preempted event) when the team's own
     whole-node pods want those nodes back. Red: borrowing did not happen, or a team could not reclaim its nodes."""
+    _need(isolation, ADMISSION, LOW_PRIORITY)
     api, rules, teams, k = cluster.api, isolation.rules, list(profile.teams), profile.taint_borrow_nodes
     low = profile.low_priority_class
 
@@ -362,7 +392,7 @@ def _own_taint_key(cluster, key: str, name: str) -> str:
     taint of its own (``check.clusterproof.io/<name>``): the run may add no taint of a key a site may use for its
     teams or preflight (clusterproof/kube/rbac-destructive.yaml), and scheduling and eviction by taint do not
     depend on the key."""
-    if cluster.simulated:
+    if cluster.owned:
         return key
     own = CHECK_TAINTS + name
     allure.dynamic.parameter(f"taint key on the borrowed node instead of {key}",
@@ -372,9 +402,9 @@ def _own_taint_key(cluster, key: str, name: str) -> str:
 
 
 def _scratch(cluster, profile, run_id, tag, taints=()):
-    """A node for one check: a fresh kwok node (simulated), or an idle borrowed one (skipped, saying why,
-    when no node runs nothing but this run's pods)."""
-    if cluster.simulated:
+    """A node for one check: a fresh kwok node (the harness's own cluster), or an idle borrowed one (skipped,
+    saying why, when no node runs nothing but this run's pods)."""
+    if cluster.owned:
         return create_scratch_nodes(cluster.api, profile, run_id, tag, taints=list(taints))[0]
     try:
         return borrow_idle_node(cluster.api, profile, run_id, list(taints), record=cluster.record)
@@ -467,21 +497,23 @@ def _left_running(kind: str, pod: dict) -> str | None:
 
 
 @pytest.mark.smoke
-def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace, run_id, profile, figures):
+def test_preflight_nodes_receive_no_work(cluster, isolation, request, namespace, run_id, profile, figures):
     """Observational (safe on any cluster): pods that may go only to nodes carrying the preflight
-    taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending. Red: a pod got work on a
-    preflight node (named)."""
+    taint -- a plain pod, a team pod, a low-priority borrower -- all stay Pending (the team pod and the borrower
+    where the cluster has team namespaces and the class). Red: a pod got work on a preflight node (named)."""
     api = cluster.api
     nodes = pl.read_nodes(api, profile.pool_label)
     pre = sorted(n for n, i in nodes.items() if i.has_taint(profile.preflight_taint_key))
     if not pre:
         pytest.skip(f"no node carries the preflight taint {profile.preflight_taint_key}: nothing to observe")
-    team = profile.teams[0]
+    team, team_ns = profile.teams[0], _optional_team_ns(request, isolation)
     hosts = pre[:50]
-    plan = {namespace: [check_pod("no-team", run_id, "preflight", hostnames=hosts),
-                        check_pod("low-priority", run_id, "preflight", hostnames=hosts,
-                                   priority_class=profile.low_priority_class)],
-            team_ns[team]: [check_pod(f"team-{team}", run_id, "preflight", hostnames=hosts)]}
+    plan = {namespace: [check_pod("no-team", run_id, "preflight", hostnames=hosts)]}
+    if _low_priority(isolation):
+        plan[namespace].append(check_pod("low-priority", run_id, "preflight", hostnames=hosts,
+                                         priority_class=profile.low_priority_class))
+    if team_ns:
+        plan[team_ns[team]] = [check_pod(f"team-{team}", run_id, "preflight", hostnames=hosts)]
     bad = []
     for ns, bodies in plan.items():
         now, ev = pl.wait_settled(api, ns, create_pods(api, ns, bodies), profile.taint_timeout_s,
@@ -504,21 +536,24 @@ def test_preflight_nodes_receive_no_work(cluster, isolation, team_ns, namespace,
 
 @pytest.mark.smoke
 @pytest.mark.destructive  # creates (simulated) or taints (real hardware) a node
-def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, isolation, team_ns, namespace,
+def test_new_node_gets_work_only_once_its_preflight_taint_is_removed(cluster, isolation, request, namespace,
                                                                       run_id, profile, figures):
-    """A new node behind the preflight taint gets no pod, whoever asks for it (plain, team or low-priority pods), and
-    gets them all once the taint is removed. Red: a pod bound early, or elsewhere after the taint went."""
+    """A new node behind the preflight taint gets no pod, whoever asks for it (plain, team or low-priority pods, the
+    latter two where the cluster has team namespaces and the class), and gets them all once the taint is removed.
+    Red: a pod bound early, or elsewhere after the taint went."""
     api = cluster.api
+    team, team_ns, low = profile.teams[0], _optional_team_ns(request, isolation), _low_priority(isolation)
     preflight = {"key": _own_taint_key(cluster, profile.preflight_taint_key, "preflight"),
                  "value": "pending", "effect": "NoSchedule"}
     node = _scratch(cluster, profile, run_id, f"preflight-{run_id[-4:]}-{namespace[-4:]}", [preflight])
-    team = profile.teams[0]
     try:
         here = dict(node_selector=node.selector, tolerations=[node.toleration])
-        plan = {namespace: [check_pod("no-team", run_id, "new-node", **here),
-                            check_pod("low-priority", run_id, "new-node",
-                                       priority_class=profile.low_priority_class, **here)],
-                team_ns[team]: [check_pod(f"team-{team}", run_id, "new-node", **here)]}
+        plan = {namespace: [check_pod("no-team", run_id, "new-node", **here)]}
+        if low:
+            plan[namespace].append(check_pod("low-priority", run_id, "new-node",
+                                             priority_class=profile.low_priority_class, **here))
+        if team_ns:
+            plan[team_ns[team]] = [check_pod(f"team-{team}", run_id, "new-node", **here)]
         bad, created = [], {}
         for ns, bodies in plan.items():
             created[ns] = create_pods(api, ns, bodies)

@@ -139,5 +139,5 @@ def test_team_namespaces_override_parses():
     p = load_profile("smoke", ["team_namespaces=research=ml-research,applied=ml-applied",
                                "team_taint_key=openai.com/team"])
     assert parse_team_namespaces(p.team_namespaces) == {"research": "ml-research", "applied": "ml-applied"}
-    assert adm.resolve_admission("auto", simulated=True) == "harness"
-    assert adm.resolve_admission("auto", simulated=False) == "cluster"
+    assert adm.resolve_admission("auto", owned=True) == "harness"
+    assert adm.resolve_admission("auto", owned=False) == "cluster"

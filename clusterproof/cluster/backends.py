@@ -7,9 +7,16 @@ style); only this module knows how a cluster comes to exist and goes away.
   Coscheduling scheduler and controller as extra components), then the
   profile's node plan is created as simulated nodes and followed to Ready;
   apiserver metrics are snapshotted around that bring-up.
-- existing (``--kubeconfig``/``--context``): nothing is created at session
+- existing (``--cp-kubeconfig``/``--cp-context``): nothing is created at session
   level but the run's Lease; the harness is a guest and only sweeps what its
-  own earlier, dead runs left (asking first on real hardware).
+  own earlier, dead runs left (asking first on a cluster it does not own).
+
+Two questions, answered apart (``Standing``): what the nodes are (``simulated``:
+every node a kwok node -- report tags, mock GPUs) and what the harness may do
+(``owned``: the cluster is an embedded one the harness started on this
+machine, reached as its admin -- it may then create namespaces and nodes,
+inject GPU faults and install admission policies). A cluster of kwok nodes
+someone else built is a guest's cluster like any other.
 
 Either way the run holds a Lease (``clusterproof.kube.liveness``) while it is alive.
 """
@@ -26,7 +33,7 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
-from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, sweep_clusters
+from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, embedded_here, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
@@ -102,6 +109,9 @@ class Cluster:
     manifest: access.Manifest | None = None
     # Real kubelets on containerd beside the kwok nodes (embedded, profile key real_nodes).
     real: realnodes.Joined | None = None
+    # The harness started this cluster (``Standing.owned``): it may create namespaces and nodes, inject GPU
+    # faults and install admission policies. False: a guest, whatever its nodes are.
+    owned: bool = False
 
     def probe_api_calls(self, n: int = 20) -> None:
         """A tiny, safe load: n PodTemplate creates and a LIST in a namespace of the run's, then removed.
@@ -121,6 +131,8 @@ class Cluster:
         """The run environment, for the report (no credentials, only the server URL)."""
         env = {
             "backend": self.backend,
+            "ownership": "the harness's own (embedded, started on this machine)" if self.owned else
+                         "a guest (not an embedded cluster the harness started, or not reached as its admin)",
             "hardware": ("simulated (kwok nodes)" if self.simulated else "real cluster")
                         + (f" + {len(self.real.nodes)} real node(s): real kubelet, containerd and containers, "
                            "simulated GPUs" if self.real else ""),
@@ -232,7 +244,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         return Cluster("kwok", True, api, kc.kubeconfig, None, version, run_id, profile, lease,
                        BringUp(n, t_started - t0, t_created - t1, t_condition, t_ready - t1,
                                before, after, t1), kc, apf=flows, namespaces=Created(api, run_id), calls=calls,
-                       real=real)
+                       real=real, owned=True)
     except BaseException:
         if lease is not None:
             lease.abandon()
@@ -313,57 +325,91 @@ def wait_controllers_started(api: client.ApiClient, kc: KwokCluster, timeout: fl
                           f"{kc.component_state('kube-controller-manager')}") from None
 
 
+@dataclass(frozen=True)
+class Standing:
+    """What the harness is on a cluster a kubeconfig names, decided once before any test."""
+    manifest: access.Manifest      # what it was granted there (checked against the API server)
+    simulated: bool                # what the nodes are: every one a kwok node (and not --cp-as-real-cluster)
+    owned: bool                    # what it may do: an embedded cluster it started here, reached as its admin
+    why: str                       # one line: why it is (or is not) the harness's own
+
+
+def ownership(api: client.ApiClient, as_real_cluster: bool) -> tuple[bool, str]:
+    """(owned, one line saying why) for the cluster ``api`` reaches.
+
+    Owned is ``kwok.embedded_here``: an embedded cluster the harness started on this machine (kept or not),
+    reached as its admin. Not "every node is a kwok node": anyone can build a cluster of kwok nodes (kwokctl by
+    hand), and a guest must not create namespaces or nodes, or install admission policies there. The embedded
+    cluster reached with the ServiceAccount's token is a guest's too (tests/test_permissions.py runs that way)."""
+    if as_real_cluster:
+        return False, "a guest (--cp-as-real-cluster)"
+    name = embedded_here(api)
+    if name is not None:
+        return True, f"the harness's own embedded cluster {name}, reached as its admin"
+    return False, "a guest: not an embedded cluster the harness started on this machine, reached as its admin"
+
+
 def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,
-                   as_real_cluster: bool) -> tuple[access.Manifest, bool]:
-    """Before any test, on a cluster the harness does not own: reachable, the identity holds what the shipped
+                   as_real_cluster: bool) -> Standing:
+    """Before any test, on a cluster named by a kubeconfig: reachable, the identity holds what the shipped
     manifest grants (``destructive``: its destructive part too), and the profile asks nothing a guest may not
-    do. Returns (the manifest it was checked against, whether the nodes are real hardware); raises
-    ``HarnessError`` (one line) otherwise. ``calls`` records the permission preflight's requests too."""
+    do. Returns the harness's ``Standing`` there; raises ``HarnessError`` (one line) otherwise. ``calls``
+    records the permission preflight's requests too."""
     api = load_client(kubeconfig, context)
     calls.install(api)    # the permission preflight's requests are the run's too
     check_reachable(api)
     team_namespaces = tuple(parse_team_namespaces(profile.team_namespaces).values())
     manifest = access.check(api, destructive=destructive, team_namespaces=team_namespaces)
-    real = as_real_cluster or not is_simulated(api)
-    if real and profile.team_admission in ("harness", "wildcard"):
+    simulated = not as_real_cluster and is_simulated(api)
+    owned, why = ownership(api, as_real_cluster)
+    if not owned and profile.team_admission in ("harness", "wildcard"):
         raise HarnessError(f"team_admission={profile.team_admission} installs admission policies, which act "
                            "on every matching pod of the cluster: a guest never does that on a cluster it "
                            "does not own; test the cluster's own admission (team_admission: cluster)")
-    return manifest, real
+    return Standing(manifest, simulated, owned, why)
 
 
 def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: str | None,
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
                      on_lease_lost: Callable[[str], None] | None = None,
-                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = ()) -> Cluster:
-    """A cluster the harness does not own (``manifest``: what it was granted there, checked at configure).
+                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = (),
+                     owned: bool | None = None, why: str = "") -> Cluster:
+    """A cluster named by a kubeconfig (``manifest``: what the harness was granted there, checked at configure).
 
     ``simulated``: decided at configure time (every node a kwok node, unless the run was told to treat it
-    as real). The sweeper removes leftovers on a simulated cluster and lists them on real hardware
-    unless ``sweep_leftovers`` or the profile's ``sweep_real_clusters`` says remove. The run works in
-    namespaces claimed from the pool; what it creates elsewhere goes into its owner record.
+    as real). ``owned`` and ``why``: likewise (``ownership``; None: decided here). On a cluster the
+    harness owns, the run creates its namespaces; on any other it works in namespaces claimed from the
+    pool. The sweeper removes leftovers on the harness's own cluster of kwok nodes, and elsewhere lists them
+    unless ``sweep_leftovers`` or the profile's ``sweep_real_clusters`` says remove. What the run creates
+    outside its namespaces goes into its owner record.
     """
     sweep_local(progress, clusters=False, others=local_sweeps)
     api = load_client(kubeconfig, context)
     calls = (calls or Recorder()).install(api)
     version = check_reachable(api)["gitVersion"]
+    if owned is None:     # a caller that did not ask before (the benches)
+        owned, why = ownership(api, as_real_cluster=False)
     lease = run_lease(api, run_id, manifest.home, profile, on_lease_lost).acquire()
     record = None
     try:
-        remove = simulated or sweep_leftovers or profile.sweep_real_clusters
+        # Leftovers are removed without asking only on the harness's own cluster of kwok nodes: a real node, or
+        # a cluster it does not own, is someone's, so the sweeper lists them there unless told to remove.
+        remove = (owned and simulated) or sweep_leftovers or profile.sweep_real_clusters
         result = sweep(api, run_id, manifest.home, remove, progress)
-        # Real hardware: only the provisioned pool. A cluster of kwok nodes is the harness's kind of
-        # cluster (it creates nodes there too): it creates namespaces, and labels them for team checks.
-        spaces = (Created(api, run_id) if simulated else
+        # A guest works only in the provisioned pool, whatever the nodes are; on its own embedded cluster the
+        # harness creates namespaces (and labels them for team checks).
+        spaces = (Created(api, run_id) if owned else
                   Pool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
         record = OwnerRecord(api, manifest.home, run_id, lambda: spaces.held).create().attach(calls)
-        progress(f"using existing cluster at {server_url(api)} (Kubernetes {version}); "
-                 f"namespace pool: {len(manifest.pool)} ({manifest.pool[0]} ..)")
+        progress(f"using existing cluster at {server_url(api)} (Kubernetes {version}; {why}; "
+                 f"{'every node a kwok node' if simulated else 'real nodes'}); "
+                 + ("namespaces created by the run" if owned else
+                    f"namespace pool: {len(manifest.pool)} ({manifest.pool[0]} ..)"))
         return Cluster("existing", simulated, api, Path(kubeconfig), context, version, run_id,
                        profile, lease, sweep=result, metrics_at_connect=apimetrics.scrape(api),
                        apf=apf.Classification(apf.dispatched(apf.scrape(api))),
-                       namespaces=spaces, calls=calls, record=record, manifest=manifest)
+                       namespaces=spaces, calls=calls, record=record, manifest=manifest, owned=owned)
     except BaseException:
         if record is not None:
             record.delete()
@@ -423,7 +469,7 @@ def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
 def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> None:
     """What the harness's identity asked of the API server in this run: said in one line, attached to the
     report (with the rule of the manifest that allowed each call, on a cluster it does not own), and
-    written to ``--api-calls FILE``."""
+    written to ``--cp-api-calls FILE``."""
     rows, refused = c.calls.dump(), c.calls.refused()
     if path:
         Path(path).write_text(json.dumps({"server": server_url(c.api), "calls": rows}, indent=1))

@@ -11,8 +11,9 @@
 The profile decides which backends a run checks (a backend it does not ask
 for is not collected, rather than skipped on every run). A backend asked for
 that the cluster does not serve is skipped with the reason (e.g. a real
-1.34 cluster has no Workload API); a user mistake (no scheduler name, no
-CRD, a scheduler that binds nothing) fails every check with one line.
+1.34 cluster has no Workload API; an existing cluster without Coscheduling
+and no ``gang_scheduler_name``); a user mistake (a scheduler name without
+the CRD, a scheduler that binds nothing) fails every check with one line.
 """
 from __future__ import annotations
 
@@ -34,24 +35,36 @@ def native_backend(api: client.ApiClient, profile) -> Backend:
     found = get_if_present(api, f"/apis/{WORKLOAD_GV}")
     if found is None:
         b.skip = (f"native gang scheduling not served: GET /apis/{WORKLOAD_GV} answered 404 (needs feature "
-                  f"gates GenericWorkload,GangScheduling and runtime-config {WORKLOAD_GV}=true)")
+                  f"gates GenericWorkload,GangScheduling and runtime-config {WORKLOAD_GV}=true: profile keys "
+                  "kube_feature_gates and kube_runtime_config on the embedded cluster; gang_native: false stops "
+                  "asking)")
     elif not any(r.get("kind") == "Workload" for r in found.get("resources", [])):
-        b.skip = f"native gang scheduling not served: {WORKLOAD_GV} has no Workload resource"
+        b.skip = (f"native gang scheduling not served: {WORKLOAD_GV} has no Workload resource (gang_native: false "
+                  "stops asking)")
     return b
 
 
 def coscheduling_backend(cluster, profile) -> Backend:
-    """Coscheduling: the harness's own on the embedded cluster, or the one ``gang_scheduler_name`` names."""
+    """Coscheduling: the harness's own on the embedded cluster, or the one ``gang_scheduler_name`` names.
+
+    A cluster the profile names no Coscheduling scheduler for cannot be judged (skipped, saying what is
+    missing and which key names it); a name the cluster cannot back (no PodGroup CRD) is a mistake (fails)."""
     name = profile.gang_scheduler_name
     b = Backend("coscheduling", name or coscheduling.OWN_SCHEDULER, "", profile.gang_schedule_timeout_s)
+    served = coscheduling.podgroup_crd_served(cluster.api)
     if not name and cluster.kwok is None:
-        b.error = ("gang_scheduler_name is empty: on an existing cluster set it to the schedulerName that runs "
-                   "Coscheduling (e.g. --set gang_scheduler_name=scheduler-plugins-scheduler)")
-    elif not coscheduling.podgroup_crd_served(cluster.api):
+        b.skip = ((f"gang_scheduler_name is empty: the cluster serves the PodGroup CRD ({coscheduling.PODGROUP_CRD}); "
+                   "set gang_scheduler_name to the schedulerName that runs Coscheduling (e.g. "
+                   "scheduler-plugins-scheduler)") if served else
+                  f"no Coscheduling on {server_url(cluster.api)}: the PodGroup CRD ({coscheduling.PODGROUP_CRD}) "
+                  "is not installed and gang_scheduler_name is empty; install scheduler-plugins' Coscheduling "
+                  "(its scheduler and manifests/coscheduling/crd.yaml) and set gang_scheduler_name to its "
+                  "schedulerName, or run on the embedded cluster")
+    elif not served:
         b.error = (f"the PodGroup CRD ({coscheduling.PODGROUP_CRD}) is not installed on "
                    f"{server_url(cluster.api)}: install scheduler-plugins' "
                    "manifests/coscheduling/crd.yaml, or run on the embedded cluster")
-    b.description = (f"unusable: {b.error}" if b.error else
+    b.description = (f"unusable: {b.error}" if b.error else f"not checked: {b.skip}" if b.skip else
                      f"schedulerName {name!r} (not started by the harness)" if name else
                      f"Coscheduling, scheduler-plugins {toolchain.SCHEDULER_PLUGINS_VERSION}, "
                      f"a component of the embedded cluster ({coscheduling.OWN_SCHEDULER!r})")

@@ -7,7 +7,8 @@ faulty. Here live, each undone at the end (also after Ctrl-C):
 
 - the contract watch (``clusterproof.preflight.watch``): every node and pod,
   for the whole module;
-- on a simulated cluster: the run's fault file (``clusterproof.preflight.mock_nvml``), the
+- on the embedded cluster the harness started (``owned``: it may add nodes and
+  break their simulated GPUs there): the run's fault file (``clusterproof.preflight.mock_nvml``), the
   harness's reference agent as a process of its own (``--mode`` from
   ``preflight_agent``; nothing is started for ``cluster``), the joining
   nodes (scratch nodes of the run, labelled and tainted ``pending``; the
@@ -16,8 +17,8 @@ faulty. Here live, each undone at the end (also after Ctrl-C):
   Coscheduling gang) -- created before the nodes join;
 - the Events the agent wrote (namespace ``default``, labelled with the run).
 
-Mistakes (``preflight_agent=harness`` on real hardware, an agent that dies)
-are one line that every check fails with.
+Mistakes (``preflight_agent=harness`` on a cluster the harness does not own,
+an agent that dies) are one line that every check fails with.
 """
 from __future__ import annotations
 
@@ -61,18 +62,20 @@ WORKDIR_PREFIX = "cp-preflight-"     # local work directories (fault file, agent
 
 
 def local_gpus_problem() -> str | None:
-    """``--local-gpus``: why this machine's NVML cannot start (the checker's own line), or None."""
+    """``--cp-local-gpus``: why this machine's NVML cannot start (the checker's own line), or None."""
     run = run_checker(None, checker_env(None, None), "--xid-window-ms", "0")
     return run.stderr if run.returncode == 4 else None
 
 
-def resolve_agent(setting: str, simulated: bool) -> str:
-    """'harness' | 'cluster' | a negative-control mode, from ``preflight_agent``."""
+def resolve_agent(setting: str, owned: bool) -> str:
+    """'harness' | 'cluster' | a negative-control mode, from ``preflight_agent``: the harness's agent only where
+    the harness owns the cluster (it joins nodes and breaks their simulated GPUs)."""
     if setting == "auto":
-        return "harness" if simulated else "cluster"
-    if setting != "cluster" and not simulated:
-        raise HarnessError(f"preflight_agent={setting} runs the harness's agent, which checks simulated GPUs; "
-                           "on real hardware use auto or cluster (the cluster's own preflight machinery)")
+        return "harness" if owned else "cluster"
+    if setting != "cluster" and not owned:
+        raise HarnessError(f"preflight_agent={setting} runs the harness's agent, which checks simulated GPUs on "
+                           "nodes the harness joins itself -- only on the embedded cluster it started; on any other "
+                           "cluster use auto or cluster (the cluster's own preflight machinery)")
     return setting
 
 
@@ -132,7 +135,7 @@ def start_agent(cluster, profile, run_id: str, marks: Marks, scope: str, mode: s
 class PreflightRun:
     """What the checks run against (see the module docstring)."""
     marks: Marks
-    simulated: bool
+    owned: bool                         # the harness's own cluster: it joins nodes and injects GPU faults there
     agent_kind: str = "cluster"
     description: str = ""
     watch: ContractWatch | None = None
@@ -276,7 +279,7 @@ def teardown(api, run: PreflightRun, run_id: str) -> None:
         finally:
             with ThreadPoolExecutor(max_workers=16) as pool:   # hundreds of joining nodes
                 list(pool.map(ScratchNode.release, run.nodes))
-            if run.simulated:   # only the harness's agent writes Events (never on real hardware)
+            if run.owned:   # only the harness's agent writes Events (never on a cluster it does not own)
                 events = f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events"   # one request each (kube.delete_each)
                 delete_each(api, [f"{events}/{e['metadata']['name']}" for e in
                                   list_raw(api, events, {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]])
@@ -288,21 +291,24 @@ def teardown(api, run: PreflightRun, run_id: str) -> None:
 
 def environment_note(cluster, profile) -> str:
     """What the report's environment says about the GPUs this run's preflight checks."""
-    return ("SIMULATED GPUs: go-nvml mock DGX machines through the project's libnvidia-ml.so.1 (no GPU used)"
-            if cluster.simulated else f"REAL GPUs: the cluster's own preflight machinery; checker pods "
-                                      f"({profile.preflight_image or 'no preflight_image'}) only with "
-                                      "--allow-destructive")
+    if cluster.owned:
+        return "SIMULATED GPUs: go-nvml mock DGX machines through the project's libnvidia-ml.so.1 (no GPU used)"
+    if cluster.simulated:
+        return ("SIMULATED nodes (kwok) of a cluster the harness did not start: its own preflight machinery is "
+                "observed; no GPU is checked (no container runs on a kwok node)")
+    return (f"REAL GPUs: the cluster's own preflight machinery; checker pods "
+            f"({profile.preflight_image or 'no preflight_image'}) only with --cp-allow-destructive")
 
 
 def set_up(cluster, profile, run_id: str, say, backends) -> PreflightRun:
     """The module's preflight run (see the module docstring). A mistake is kept as one line (``error``)
     that every check fails with; interrupted, it undoes what it made."""
     api = cluster.api
-    run = PreflightRun(Marks.from_profile(profile), cluster.simulated)
+    run = PreflightRun(Marks.from_profile(profile), cluster.owned)
     try:
-        run.agent_kind = resolve_agent(profile.preflight_agent, cluster.simulated)
+        run.agent_kind = resolve_agent(profile.preflight_agent, cluster.owned)
         run.description = describe_agent(run.agent_kind)
-        if cluster.simulated:
+        if cluster.owned:
             setup_simulated(api, cluster, run, profile, run_id, backends, say)
         else:
             run.watch = ContractWatch(api, run.marks).start()

@@ -263,10 +263,28 @@ class Admission:
         self.objects.clear()
 
 
-def resolve_admission(setting: str, simulated: bool) -> str:
+def resolve_admission(setting: str, owned: bool) -> str:
+    """``team_admission`` on this cluster: ``auto`` installs the harness's policies only on a cluster the harness
+    owns (its embedded one) and judges the cluster's own admission anywhere else."""
     if setting == "auto":
-        return "harness" if simulated else "cluster"
+        return "harness" if owned else "cluster"
     return setting
+
+
+def not_served(api: client.ApiClient) -> str:
+    """One line: the cluster serves no MutatingAdmissionPolicy, and which keys turn it on."""
+    return (f"MutatingAdmissionPolicy is not served by {server_url(api)} (neither {' nor '.join(MAP_VERSIONS)}): "
+            "on the embedded cluster it is turned on by kube_feature_gates MutatingAdmissionPolicy=true and "
+            "kube_runtime_config admissionregistration.k8s.io/v1beta1=true")
+
+
+def absent(api: client.ApiClient, rules: TeamRules, ns: str, team: str, run_id: str) -> str | None:
+    """None if some admission step acts on team pods in ``ns`` (a dry-run pod is refused, or gets a team
+    toleration); else one line of what the probe saw. Whether it acts *correctly* is the checks' verdict."""
+    out, err = try_create(api, ns, _probe_pod("admission-probe", run_id), dry_run=True)
+    if err is not None or team_tolerations(rules, out):
+        return None
+    return f"a pod created in namespace {ns} (team {team}) got no team toleration"
 
 
 def install_admission(api: client.ApiClient, rules: TeamRules, run_id: str, kind: str,
@@ -278,12 +296,8 @@ def install_admission(api: client.ApiClient, rules: TeamRules, run_id: str, kind
     """
     version = served_map_version(api)
     if version is None:
-        raise HarnessError(
-            f"MutatingAdmissionPolicy is not served by {server_url(api)} (neither "
-            f"{' nor '.join(MAP_VERSIONS)}): on the embedded cluster it is turned on by "
-            "kube_feature_gates MutatingAdmissionPolicy=true and kube_runtime_config "
-            "admissionregistration.k8s.io/v1beta1=true; on an existing cluster set team_admission=cluster "
-            "to test the admission it runs")
+        raise HarnessError(f"{not_served(api)}; on an existing cluster set team_admission=cluster to test the "
+                           "admission it runs")
     wildcard = kind == "wildcard"
     out = Admission(kind, "")
     name = f"clusterproof-team-tolerations-{run_id}"

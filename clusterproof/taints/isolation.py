@@ -11,6 +11,12 @@ step came to exist. Here live, each undone at the end (also after Ctrl-C):
 - team namespaces, created and labelled by the run or named by the profile
   (and then only checked);
 - the per-team placement table every check attaches.
+
+What the cluster lacks for some checks (team namespaces on a cluster the
+harness does not own, an admission step acting on team pods with
+``team_admission: auto``, the low-priority class the cluster's borrowing pods
+use) is kept as one line per mechanism (``Isolation.missing``): the checks
+that need it are skipped with that line, the others still judge.
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ from clusterproof.taints import admission as adm
 from clusterproof.taints.admission import CHECK_LABEL  # noqa: E402  (the label admission's probe pods carry too)
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+# Mechanisms a check may need that a cluster may lack (``Isolation.missing``).
+TEAM_NAMESPACES, ADMISSION, LOW_PRIORITY = "team namespaces", "team admission", "low-priority class"
 
 
 def check_pod(name: str, run_id: str, check: str, **spec) -> dict:
@@ -61,6 +69,13 @@ class Isolation:
     error: str | None = None
     placement: dict[str, Counter] = field(default_factory=dict)  # every check's pods, for the summary
     created_priority_class: str = ""      # the uid of the low-priority class, if the run made it (else "")
+    # What the cluster lacks, by mechanism (TEAM_NAMESPACES, ADMISSION, LOW_PRIORITY): one line each, saying
+    # what is missing and which profile key or component enables it. The checks that need it are skipped.
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def lacking(self, *needs: str) -> str | None:
+        """The line of the first of ``needs`` the cluster lacks (None: it has them all)."""
+        return next((self.missing[n] for n in needs if n in self.missing), None)
 
     def attach_placement(self, api: client.ApiClient, pool_label: str, namespaces: list[str],
                          team_of: dict[str, str], title: str) -> None:
@@ -116,15 +131,22 @@ def set_up(cluster, profile, run_id: str, say) -> Isolation:
     ``team_admission`` decides: the harness's policies (installed here,
     removed at the end, also after Ctrl-C), the deliberately broken
     wildcard policy (negative control only), or the cluster's own admission
-    (nothing installed; the PriorityClass must then exist). Mistakes (a team
-    without nodes, a named namespace without the team label, the policy API
-    not served) are kept as one line (``error``) that every check fails with;
-    interrupted, it undoes what it made.
+    (nothing installed; the PriorityClass must then exist). ``auto`` installs
+    the harness's policies only on a cluster the harness owns that serves
+    MutatingAdmissionPolicy, and otherwise judges the cluster's own admission
+    where one acts (``missing`` says so where none does). Mistakes (a team
+    without nodes, a named namespace without the team label) are kept as one
+    line (``error``) that every check fails with; interrupted, it undoes what
+    it made.
     """
     api = cluster.api
     iso = Isolation(adm.TeamRules.from_profile(profile), named=parse_team_namespaces(profile.team_namespaces))
-    kind = adm.resolve_admission(profile.team_admission, cluster.simulated)
+    kind = adm.resolve_admission(profile.team_admission, cluster.owned)
+    auto = profile.team_admission == "auto"
+    fallback = None
     try:
+        if kind == "harness" and auto and adm.served_map_version(api) is None:
+            fallback, kind = adm.not_served(api), "cluster"
         nodes = placement.read_nodes(api, profile.pool_label)
         iso.pool_of = {n: info.pool for n, info in nodes.items()}
         iso.pools = [p.name for p in node_plan(profile)] + ["scratch"]
@@ -138,27 +160,60 @@ def set_up(cluster, profile, run_id: str, say) -> Isolation:
             check_named_namespace(api, iso.rules, team, ns)
         unnamed = [t for t in profile.teams if t not in iso.named]
         if unnamed and cluster.namespaces.kind == "pool":
-            raise HarnessError(f"team {', '.join(unnamed)} has no namespace in team_namespaces: on a cluster the "
-                               "harness does not own it cannot create or label namespaces; name each team's "
-                               "namespace (team_namespaces: [<team>=<namespace>]) and bind clusterproof-team there "
-                               "(python -m clusterproof.kube.access team-bindings --profile ...)")
+            iso.missing[TEAM_NAMESPACES] = (
+                f"team namespaces not named for {', '.join(unnamed)}: on a cluster the harness did not start it "
+                "creates and labels no namespace; name each team's namespace (team_namespaces: "
+                "[<team>=<namespace>]) and bind clusterproof-team there (python -m clusterproof.kube.access "
+                "team-bindings --cp-profile ...)")
         if kind == "cluster":
             iso.admission = adm.Admission("cluster", f"the cluster's own admission at {server_url(api)} "
                                                      "(the harness installs nothing)")
+            if auto and TEAM_NAMESPACES not in iso.missing and profile.teams:
+                why = _no_admission(api, iso, profile, cluster.namespaces, run_id)
+                if why:
+                    iso.missing[ADMISSION] = (
+                        (f"{fallback}, and no admission step of the cluster's own acts either ({why}): turn "
+                         "MutatingAdmissionPolicy on, or set team_admission: cluster to judge the cluster as it is")
+                        if fallback else
+                        f"no team admission acts on this cluster ({why}); team_admission: auto judges the "
+                        "cluster's own admission only where one acts: set team_admission: cluster to judge it "
+                        "anyway")
         else:
             iso.admission = adm.install_admission(api, iso.rules, run_id, kind, tuple(iso.named.values()))
             allure.attach(yaml.safe_dump_all(iso.admission.manifests, sort_keys=False),
                           "admission policies installed", allure.attachment_type.YAML)
-        iso.low_value, iso.created_priority_class = ensure_priority_class(
-            api, profile.low_priority_class, profile.low_priority_value, run_id, create=kind != "cluster")
-        say(f"taint isolation: {iso.admission.description}; low-priority class "
-            f"{profile.low_priority_class} (value {iso.low_value})")
+        try:
+            iso.low_value, iso.created_priority_class = ensure_priority_class(
+                api, profile.low_priority_class, profile.low_priority_value, run_id, create=kind != "cluster")
+        except HarnessError as e:    # the cluster's own class is missing: only the checks that use it cannot run
+            iso.missing[LOW_PRIORITY] = str(e)
+        say(f"taint isolation: {iso.admission.description}; low-priority class {profile.low_priority_class} "
+            + (f"(value {iso.low_value})" if iso.low_value is not None else "missing")
+            + "".join(f"; no {what}: the checks that need it are skipped" for what in iso.missing))
     except HarnessError as e:
         iso.error = str(e)
     except BaseException:
         undo(api, iso, profile, cluster.namespaces)
         raise
     return iso
+
+
+def _no_admission(api, iso: Isolation, profile, namespaces, run_id: str) -> str | None:
+    """Why no admission step acts on the first team's pods (None: one does), asked of a namespace of that team:
+    the one the profile names, or one the run makes (given a moment to reach the admission caches)."""
+    team = profile.teams[0]
+    if team in iso.named:
+        return adm.absent(api, iso.rules, iso.named[team], team, run_id)
+    ns = namespaces.take("adm-probe", {iso.rules.namespace_label: team})
+    try:
+        try:
+            wait_for(lambda: adm.absent(api, iso.rules, ns, team, run_id), until=lambda why: why is None,
+                     timeout=10, interval=0.5, what=f"an admission step acting on namespace {ns}")
+            return None
+        except AssertionError:
+            return adm.absent(api, iso.rules, ns, team, run_id)
+    finally:
+        namespaces.give_back(ns)
 
 
 def tear_down(cluster, iso: Isolation, profile, run_id: str) -> None:
@@ -222,6 +277,8 @@ def team_namespaces(cluster, isolation: Isolation, run_id: str, profile):
         kind = isolation.admission.kind
         for i, team in enumerate(profile.teams):
             other = profile.teams[(i + 1) % len(profile.teams)] if len(profile.teams) > 1 else None
+            if kind == "cluster" and (out[team] not in created or ADMISSION in isolation.missing):
+                continue    # nothing was just installed or made: the cluster's admission is as it is
             try:
                 wait_for(lambda team=team, other=other:
                          adm.admission_probe(api, rules, out[team], team, other, kind, run_id),
