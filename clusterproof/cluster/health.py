@@ -28,6 +28,7 @@ never came, without a word about the scheduler. So:
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,11 +38,14 @@ from kubernetes import client
 
 from clusterproof.cluster.apiguard import ApiGuard
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
+from clusterproof.cluster.lost_deletions import LostDeletions
 from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, raw_request
 from clusterproof.kube.liveness import parse_time
 from clusterproof.kube.pods import wait_namespaces_gone
+
+log = logging.getLogger("clusterproof.cluster")
 
 LEADER_LEASES = ("kube-scheduler", "kube-controller-manager")
 # A leader renews every ~2 s (retryPeriod) within a 15 s lease: older than this, it has lost it.
@@ -74,8 +78,10 @@ class Supervisor:
     restarts: list[Restart] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)   # stopped on purpose (a negative control): not restarted
     ever_paused: list[str] = field(default_factory=list)   # every pause, in order (the guard excuses them)
+    lost: LostDeletions | None = None   # node deletions kwok never saw (clusterproof.cluster.lost_deletions)
 
     def __post_init__(self):
+        self.lost = LostDeletions(self.kwok.directory / "logs" / "kwok-controller.log")
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._restarting = threading.Lock()   # one restart at a time: the thread's or check()'s
@@ -218,13 +224,24 @@ class ModuleGuard:
     def __init__(self, cluster, supervisor: Supervisor | None, api_guard: ApiGuard):
         self.cluster, self.sup, self.guard = cluster, supervisor, api_guard
 
-    def start(self) -> str | None:
-        """Settle, then note where the module starts (restarts, processes, the apiservers' counters)."""
+    def start(self, run_id: str) -> str | None:
+        """Settle, stop kwok's lease workers for nodes deleted without its knowing, then note where the module
+        starts (restarts, processes, the apiservers' counters)."""
         before = settle(self.cluster, self.sup)
         if before:
             return ("the control plane was already broken when this module started (an earlier module or the "
                     f"environment broke it): {'; '.join(before)}")
         sup = self.sup
+        if sup:
+            parked = sup.lost.repair(self.cluster.api, run_id)
+            if parked:
+                line = (f"kwok (the simulator) missed the deletion of {len(parked)} nodes and kept writing their "
+                        f"Leases; each now has a Lease the harness holds, which stops it "
+                        f"(e.g. {', '.join(parked[:3])}; {len(sup.lost.parked)} so far; "
+                        "clusterproof/cluster/lost_deletions.py)")
+                log.info(line)
+                allure.attach(line + "\n\n" + "\n".join(parked), "simulator: node deletions kwok missed",
+                              allure.attachment_type.TEXT)
         self.mark = len(sup.restarts) if sup else 0
         self.pids, self.paused_mark = (self.cluster.kwok.pids(), len(sup.ever_paused)) if sup else ({}, 0)
         self.api_mark = self.guard.mark()
