@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
     ([], {c.name for c in toolchain.COMPONENTS}, True),
     (["--kubeconfig", "K"], {"mocknvml", "prometheus"}, True),
     (["--cp-kubeconfig=K", "-k", "x", "--cp-prometheus-url=http://p:9090"], {"mocknvml"}, False),
-    (["--context", "prod", "--prometheus-url", "http://p:9090"], {"mocknvml"}, False),
-], ids=["embedded", "kubeconfig", "kubeconfig-and-prometheus-url", "context-alone"])
+    (["--context", "prod", "--prometheus-url", "http://p:9090"], {"mocknvml"}, False),   # the old aliases too
+], ids=["embedded", "old-kubeconfig-alias", "kubeconfig-and-prometheus-url", "old-context-alias-alone"])
 def test_a_run_builds_only_what_it_uses(args, names, history):
     p = prepare.plan(prepare.run_args(["--cp-profile", "smoke", *args]))
     assert {c.name for c in p["components"]} == names and p["history"] is history
