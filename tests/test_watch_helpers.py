@@ -242,3 +242,21 @@ def test_resource_versions_compare_as_etcd_revisions():
     from clusterproof.watch.watchers import older
     assert older("99", "100") and not older("100", "100") and not older("101", "100")
     assert older("abc", "abd") and not older("abc", "abc")   # not integers: only "same or not"
+
+
+def test_pods_the_node_lifecycle_controller_marked_not_ready_are_named_as_such():
+    """A settle wait that runs out on endpoints shown not ready says which pods the node lifecycle controller
+    marked (NodeNotReady) and, on the harness's own cluster, that kwok never makes them Ready again."""
+    import time
+
+    from clusterproof.watch.pernode_service import PerNodeService
+    own = PerNodeService(None, "ns", "run", ["n0"], by_name=True)
+    own._marked, own._marked_at = {"ep-00001", "elsewhere"}, time.monotonic()   # as listed just now
+    said = own.why_not_ready(["ep-00001", "ep-00002"])
+    assert "1 of the 2 not-ready pods" in said and "ep-00001" in said and "simulation fault" in said
+    guest = PerNodeService(None, "ns", "run", ["n0"])
+    guest._marked, guest._marked_at = {"ep-00001"}, time.monotonic()
+    assert "went NotReady" in guest.why_not_ready(["ep-00001"]) and "kwok" not in guest.why_not_ready(["ep-00001"])
+    assert own.why_not_ready([]) == ""
+    own._marked = set()
+    assert own.why_not_ready(["ep-00002"]) == ""           # nothing the cluster said: the plain difference only

@@ -32,6 +32,7 @@ plan ends with the Service whole again. Nothing on a node is changed.
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -123,6 +124,8 @@ class PerNodeService:
     generation: dict[int, int] = field(default_factory=dict)
     not_ready: set[int] = field(default_factory=set)
     touched: set[str] = field(default_factory=set)     # every pod name a churn step deleted, created or flipped
+    _marked: set[str] = field(default_factory=set)     # pods with a NodeNotReady event, as last listed
+    _marked_at: float = float("-inf")
 
     @property
     def size(self) -> int:
@@ -220,6 +223,25 @@ class PerNodeService:
     def endpoints(self) -> dict | None:
         return get_if_present(self.api, f"/api/v1/namespaces/{self.namespace}/endpoints/{self.name}")
 
+    def why_not_ready(self, pods: list[str]) -> str:
+        """What the cluster said about endpoints shown not ready that the harness did not make so: the node
+        lifecycle controller's ``NodeNotReady`` events on those pods (their node's Lease lapsed; kwok makes a pod
+        Ready only while it is Pending, so the pod stays not ready where a kubelet would make it Ready again)."""
+        if not pods:
+            return ""
+        if time.monotonic() - self._marked_at > 30:      # a LIST of events at most every 30 s of a wait
+            events = list_all(self.api, f"/api/v1/namespaces/{self.namespace}/events",
+                              {"fieldSelector": "reason=NodeNotReady"})
+            self._marked, self._marked_at = {e["involvedObject"]["name"] for e in events}, time.monotonic()
+        marked = sorted(self._marked & set(pods))
+        if not marked:
+            return ""
+        why = ("their nodes' Leases lapsed, the simulator's kwok fell behind, and kwok never makes a Running pod "
+               "Ready again -- a simulation fault, not the watch's (docs/simulation.md)" if self.by_name else
+               "their nodes went NotReady during the measurement")
+        return (f"; {len(marked)} of the {len(pods)} not-ready pods were marked not ready by the node lifecycle "
+                f"controller (NodeNotReady, e.g. {marked[:3]}): {why}")
+
     def differences(self) -> str:
         """'' when slices and Endpoints show exactly the expected endpoints, else what differs (for wait_for)."""
         want = self.expected()
@@ -230,7 +252,8 @@ class PerNodeService:
         wrong = sorted(p for p in set(want) | set(have) if have.get(p, "missing") != want.get(p, "absent"))
         if wrong:
             return (f"slices differ on {len(wrong)} endpoints (e.g. {wrong[:3]}: "
-                    f"{[(have.get(p, 'missing'), want.get(p, 'absent')) for p in wrong[:3]]})")
+                    f"{[(have.get(p, 'missing'), want.get(p, 'absent')) for p in wrong[:3]]})"
+                    + self.why_not_ready([p for p in wrong if have.get(p) is False and want.get(p) is True]))
         ep = self.endpoints()
         listed = len(endpoints_of(ep)[0]) if ep else 0
         if listed != min(len(want), ENDPOINTS_MAX_CAPACITY):
