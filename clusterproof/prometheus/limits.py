@@ -120,12 +120,13 @@ def copies_for(sent: Sent, timeout_s: float, slack_s: float) -> int:
     return min(MAX_COPIES, math.ceil(SIZE_TARGET * (timeout_s + slack_s) / per_copy))
 
 
-def sized_to_the_timeout(prom: Prom, seed: Query, first: Answer, timeout_s: float, slack_s: float,
-                         wait: float) -> Sent:
+def sized_to_the_timeout(prom: Prom, seed: Query, first: Answer | Sent, timeout_s: float, slack_s: float,
+                         wait: float, asked: str | None = None) -> Sent:
     """The seed query, sized to the history: while its answer came under the limit, the seed expression is
     added up more times (``clusterproof.prometheus.queries.repeated``) and sent again; the last answer
-    stands (and is judged), the lighter ones ride along in ``Sent.lighter``."""
-    sent = Sent(seed, first)
+    stands (and is judged), the lighter ones ride along in ``Sent.lighter``. ``first``: the seed's answer,
+    or a ``Sent`` of the seed already repeated; ``asked``: the ``timeout=`` each query asks for."""
+    sent = first if isinstance(first, Sent) else Sent(seed, first)
     for _ in range(SIZING_ROUNDS):
         if reach(sent.answer, timeout_s, slack_s) != UNDER:
             break
@@ -133,7 +134,7 @@ def sized_to_the_timeout(prom: Prom, seed: Query, first: Answer, timeout_s: floa
         if copies <= sent.query.copies:
             break
         q = repeated(seed, copies)
-        sent = Sent(q, send_or_no_answer(prom, q, wait), [*sent.lighter, sent])
+        sent = Sent(q, send_or_no_answer(prom, q, wait, asked), [*sent.lighter, sent])
     return sent
 
 
@@ -292,7 +293,10 @@ def run_pathological(target, profile, burst_factor: int = 3, wait: float | None 
     with PeakRss(server, prom) as rss:
         sent = {q.id: sized_to_the_timeout(prom, q, send_or_no_answer(prom, q, wait), t, slack, wait) for q in seeds}
         heavy = sent[seeds[0].id].query     # the seed quantile, as many copies as this history needs
-        request_timeout = Sent(heavy, send_or_no_answer(prom, heavy, wait, timeout=asked))
+        # Sent again asking for a far longer timeout: sized again if this time it ran under the limit (the
+        # seed's first answer may have been cut on a busy machine and this one, with warm caches, not)
+        request_timeout = sized_to_the_timeout(
+            prom, seeds[0], Sent(heavy, send_or_no_answer(prom, heavy, wait, timeout=asked)), t, slack, wait, asked)
         max_samples = Sent(over, send_past_the_deadline(prom, over, wait))
         limited, limited_n = prom.series_count(EVERY_BUCKET, limit=profile.prometheus_series_limit, wait_s=wait)
         n = burst_factor * profile.prometheus_max_concurrency
