@@ -91,7 +91,8 @@ def parked_lease(name: str, run_id: str, now: str) -> dict:
 
 @dataclass
 class LostDeletions:
-    """Reads kwok's log from where it last stopped; ``repair`` sends again the deletions kwok lost since."""
+    """Reads kwok's log from where it last stopped; ``repair`` parks a Lease for each deleted node kwok still works
+    for (found since the last look); ``unpark`` removes them."""
     log: Path
     offset: int = 0
     parked: set[str] = field(default_factory=set)      # every name whose Lease the harness holds now
@@ -120,7 +121,8 @@ class LostDeletions:
         names = {n for n, k in self.seen.items() if k >= 2} - self.parked
         if not names:
             return []
-        existing = {n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes", {"resourceVersion": "0"})["items"]}
+        # a consistent read (not the watch cache's): a node that exists must never get a Lease held by another
+        existing = {n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes")["items"]}
         lost = sorted(names - existing)
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
