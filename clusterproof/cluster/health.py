@@ -78,7 +78,7 @@ class Supervisor:
     restarts: list[Restart] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)   # stopped on purpose (a negative control): not restarted
     ever_paused: list[str] = field(default_factory=list)   # every pause, in order (the guard excuses them)
-    lost: LostDeletions | None = None   # node deletions kwok never saw (clusterproof.cluster.lost_deletions)
+    lost: LostDeletions = field(init=False)   # node deletions kwok never saw (clusterproof.cluster.lost_deletions)
 
     def __post_init__(self):
         self.lost = LostDeletions(self.kwok.directory / "logs" / "kwok-controller.log")

@@ -51,12 +51,12 @@ from kubernetes import client
 
 from clusterproof.core.run import metadata
 from clusterproof.kube.client import create_if_absent, delete_if_present, get_if_present, list_raw
+from clusterproof.kube.liveness import LEASES
 
 # kwok's JSON log lines of its lease worker that name a node. A node kwok let go of when it was deleted has one
 # "Creating lease" (when it joined); a lost worker writes one every renew interval, or fails to sync.
 _LEASE_LINE = re.compile(rb'"msg": *"(Creating lease|Failed to sync lease)"')
 NODE_LEASES = "kube-node-lease"
-LEASES = "/apis/coordination.k8s.io/v1"
 
 
 def lease_mentions(lines) -> Counter:
