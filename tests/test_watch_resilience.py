@@ -351,6 +351,31 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
     assert e.value.status == 409
 
 
+def test_a_504_is_sent_again_once_where_a_resend_is_safe(monkeypatch):
+    """kube-apiserver's own deadline passed (it waited 60 s on the busy CI machine): a read, and a create
+    that tells its own 409, are sent once more even though the wait used up the retry budget; any other
+    write is not, and says why."""
+    path = "/api/v1/namespaces/ns/pods"
+    admitted = {"metadata": {"name": "p", "uid": "u1", **MARKS}}
+    server = _Server(monkeypatch, _api_error(504), _api_error(409), objects={f"{path}/p": admitted})
+    assert kube.create_object(None, path, {"metadata": {"name": "p", **MARKS}}) == admitted
+    assert server.sent[:2] == [("POST", path), ("POST", path)]
+    server = _Server(monkeypatch, _api_error(504), _Resp(b'{"items": []}'))
+    assert kube.list_raw(None, path, retry_s=0.0001) == {"items": []} and len(server.sent) == 2
+    server = _Server(monkeypatch, _api_error(504))
+    with pytest.raises(client.ApiException) as e:
+        kube.list_raw(None, path, retry_s=0.0001)
+    assert len(server.sent) == 2, "sent again once, not until the budget"
+    server = _Server(monkeypatch, _api_error(504), _Resp())
+    with pytest.raises(client.ApiException) as e:
+        kube.raw_request(None, "POST", path, body={})
+    assert len(server.sent) == 1 and "not safe to repeat" in " ".join(e.value.__notes__)
+    server = _Server(monkeypatch, _api_error(504), _Resp())
+    with pytest.raises(client.ApiException):
+        kube.raw_request(None, "GET", path, {"watch": "true"})
+    assert len(server.sent) == 1, "a watch is resumed by its informer, never here"
+
+
 # --- how the report sorts a result ---------------------------------------------------------------
 
 @pytest.mark.parametrize("status,message,category", [

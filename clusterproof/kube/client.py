@@ -176,7 +176,7 @@ def _retrying(method: str, path: str, attempt, retry_s: float, resend: bool):
         except client.ApiException as e:
             if sent:
                 setattr(e, RESENT, True)
-            if connection_error(e) is None:
+            if e.status != 504 and connection_error(e) is None:
                 raise
             kind, err = MAYBE_SENT, e
         except Exception as e:
@@ -184,6 +184,8 @@ def _retrying(method: str, path: str, attempt, retry_s: float, resend: bool):
             if kind is None:
                 raise
         left = t0 + retry_s - time.monotonic()
+        if n == 1 and retry_s > 0 and getattr(err, "status", None) == 504:
+            left = max(left, RETRY_FIRST_S)   # the server's own deadline spent the budget: one more try
         safe = kind == NOT_SENT or method in READS or resend
         if not safe or left <= 0:
             why = (f"not sent again: a {method} that {MAYBE_SENT} is not safe to repeat" if not safe
@@ -244,8 +246,15 @@ def raw_request(api: client.ApiClient, method: str, path: str, query: dict | Non
       at once with its connection error, because repeating it blindly could
       apply it twice or report a conflict the harness itself caused.
 
-    HTTP answers (429, 5xx) are not retried here: they are the cluster's
-    answer, and the API health guard and the checks judge them. A read
+    A 504 is the one HTTP answer treated like a connection that broke after
+    it was sent: kube-apiserver's own deadline passed (``metav1``
+    StatusReasonTimeout, "the request might succeed" again) and the write may
+    or may not have been applied. It is sent again once, under the same
+    rules, even if its wait used up ``retry_s`` (a pod create answered 504
+    after 60 s on the CI machine, 2026-11-28, beside five other clusters).
+    The API health guard still counts the 504 against the module. Other
+    HTTP answers (429, other 5xx) are not retried here: they are the
+    cluster's answer, and the guard and the checks judge them. A read
     timeout is not retried either (a slow server; a retry would double the
     wait). Each attempt is a request of its own to the client library.
     """

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterproof.core.run import metadata
-from clusterproof.kube.client import delete_if_present, get_if_present, list_all, raw_request
+from clusterproof.kube.client import create_object, delete_if_present, get_if_present, list_all, raw_request
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import pods_path
 from clusterproof.watch.wire import endpoints_of
@@ -135,7 +135,7 @@ class PerNodeService:
         body = {"apiVersion": "v1", "kind": "Service", "metadata": metadata(self.name, self.run_id),
                 "spec": {"selector": {APP_LABEL: self.name},
                          "ports": [{"name": "metrics", "port": 9100, "protocol": "TCP"}]}}
-        raw_request(self.api, "POST", f"/api/v1/namespaces/{self.namespace}/services", body=body).data
+        create_object(self.api, f"/api/v1/namespaces/{self.namespace}/services", body)
 
     def _pod(self, slot: int) -> dict:
         gen = self.generation.get(slot, 0)
@@ -150,7 +150,7 @@ class PerNodeService:
     def _create(self, slots: list[int]) -> None:
         def one(slot: int) -> None:
             body = self._pod(slot)
-            raw_request(self.api, "POST", pods_path(self.namespace), body=body).data
+            create_object(self.api, pods_path(self.namespace), body)   # sent again after a 504: tells its own 409
             self.pods[slot] = body["metadata"]["name"]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(slots)))) as pool:
             list(pool.map(one, slots))
