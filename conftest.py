@@ -1,11 +1,53 @@
-"""clusterproof's checkout: the harness is a pytest plugin (``fixtures/``).
+"""clusterproof's checkout: its suites are collected under the names the wheel gives them.
 
-Installed (``pip install clusterproof``, or ``make setup`` here) it is found
-through its ``pytest11`` entry point; a checkout run without installing it
-registers the same plugin here, so both run the very same code. Nothing else
-lives in this file: fixtures live with their domains in ``fixtures/``.
+The harness is a pytest plugin (``clusterproof.fixtures``), found through its
+``pytest11`` entry point in a checkout (``make setup`` installs it editable)
+as in an installed run. ``suites/`` is the package ``clusterproof.suites``
+(``pyproject.toml``); left to itself, pytest would import ``suites/test_x.py``
+by its path as ``suites.test_x`` and ``suites/__init__.py`` as ``suites`` --
+a second name for the same code, which the wheel never has. The two hooks
+below make a checkout run import each suite as ``clusterproof.suites.test_x``,
+exactly what ``clusterproof run`` imports from an installed wheel
+(tests/test_imports.py holds every module of a run to one name).
 """
-from importlib.metadata import entry_points
+from __future__ import annotations
 
-if not any(ep.value == "clusterproof.fixtures" for ep in entry_points(group="pytest11")):
-    pytest_plugins = ["clusterproof.fixtures"]
+import importlib
+from pathlib import Path
+
+import pytest
+
+import clusterproof.suites
+
+SUITES = Path(clusterproof.suites.__file__).resolve().parent
+
+
+class InstalledModule(pytest.Module):
+    """A suite module imported by its package name (``clusterproof.suites.<stem>``), not by its path."""
+
+    def _getobj(self):
+        name = f"{clusterproof.suites.__name__}.{self.path.stem}"
+        try:
+            return importlib.import_module(name)
+        except pytest.skip.Exception as e:
+            if e.allow_module_level:
+                raise
+            raise self.CollectError("pytest.skip outside a test: use pytest.mark.skip or allow_module_level") from e
+        except (SyntaxError, ImportError) as e:
+            raise self.CollectError(f"error while importing suite module {name} ({self.path}):\n"
+                                    + str(pytest.ExceptionInfo.from_current().getrepr(style="short"))) from e
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector):
+    """``suites/`` as a plain directory, not a Package: pytest would import its ``__init__.py`` as ``suites``."""
+    if path.resolve() == SUITES:
+        return pytest.Dir.from_parent(parent, path=path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):
+    if module_path.resolve().parent == SUITES and module_path.name != "__init__.py":
+        return InstalledModule.from_parent(parent, path=module_path)
+    return None

@@ -29,7 +29,7 @@ def _cluster_cpu(config: pytest.Config) -> dict[str, float]:
     import psutil
 
     from clusterproof.bench.bringup import cpu_seconds
-    from fixtures.cluster import CLUSTER
+    from clusterproof.fixtures.cluster import CLUSTER
     c = config.stash.get(CLUSTER, None)
     if c is None or c.kwok is None:
         return {}

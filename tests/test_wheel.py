@@ -2,8 +2,8 @@
 running the example team suite (docs/examples/team-suite) with plain ``pytest`` and no conftest of
 ours, and one shipped check from the installed package.
 
-Why: everything else here runs from the checkout, where the finder in ``clusterproof/__init__.py``
-maps ``suites/``, ``fixtures/`` and ``load/`` into the package and every data file is at hand. Only
+Why: everything else here runs from the checkout, where the editable install maps ``suites/``,
+``fixtures/`` and ``load/`` into the package and every data file is at hand. Only
 an installed wheel shows that the package data is in it (profiles, RBAC manifests, pause.c, the
 checker and mocknvml sources), that nothing generic lands in site-packages, and that the pytest11
 entry point alone brings the fixtures and options.
@@ -19,6 +19,7 @@ embedded cluster of the team's profile (real_nodes: 0) and three runs against th
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -271,12 +272,17 @@ def test_the_team_suite_runs_against_a_kubeconfig(installed, team_dir, cluster, 
 
 
 def test_a_shipped_check_runs_from_the_installed_package(installed, cluster, profile, tmp_path):
+    """...and its figures carry the keys a checkout run gives them (tests/test_imports.py), so a baseline from
+    one compares with the other."""
     _, venv = installed
     run = _run([venv / "bin" / "clusterproof", "run", "-q", "-p", "no:randomly", "-k", "test_every_node_is_ready",
-                "--cp-kubeconfig", cluster.kubeconfig, "--cp-profile", profile.name, "--cp-set", "real_nodes=0"],
-               tmp_path)
+                "--cp-kubeconfig", cluster.kubeconfig, "--cp-profile", profile.name, "--cp-set", "real_nodes=0",
+                "--cp-summary", tmp_path / "summary.json"], tmp_path)
     out = run.stdout + run.stderr
     assert run.returncode == 0 and " passed" in run.stdout and "failed" not in run.stdout, out[-4000:]
+    keys = set(json.loads((tmp_path / "summary.json").read_text())["figures"])
+    assert "suites/test_cluster_scale.py::test_every_node_is_ready[shared] :: nodes not Ready or still tainted" \
+        in keys, sorted(keys)
 
 
 def test_the_docs_section_is_the_example():

@@ -59,7 +59,7 @@ _listeners: list[PhaseListener] = []
 
 def logger(module: str) -> logging.Logger:
     """The logger of ``module``'s domain: ``clusterproof.gang`` for ``clusterproof.gang.gangs``,
-    ``clusterproof.suites`` for ``clusterproof.suites.test_x`` or ``suites.test_x``, ``clusterproof``
+    ``clusterproof.suites`` for ``clusterproof.suites.test_x``, ``clusterproof``
     for ``__main__``."""
     parts = [p for p in module.split(".") if p]
     if parts[:1] == [ROOT]:

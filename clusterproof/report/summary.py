@@ -33,6 +33,19 @@ from clusterproof.report.origin import Origin, Source, shown
 from clusterproof.report.origin import source as read_source
 
 BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
+SUITES_PACKAGE = "clusterproof.suites"
+
+
+def check_id(nodeid: str, module: str) -> str:
+    """A check's id in figures, summary.json and baselines: ``suites/<file>::<name>`` for a check of a shipped
+    suite however pytest reached it -- a checkout's ``suites/`` (node id ``suites/test_x.py::name``) or an
+    installed ``clusterproof run`` (``--pyargs clusterproof.suites``: node ids relative to the package's
+    folder, ``test_x.py::name``) -- so that a figure of one compares with the other; any other check (a team's,
+    a self-test) keeps its node id. ``module``: the check's module name."""
+    if not module.startswith(SUITES_PACKAGE + "."):
+        return nodeid
+    _, sep, rest = nodeid.partition("::")
+    return f"suites/{module.removeprefix(SUITES_PACKAGE + '.')}.py{sep}{rest}"
 
 
 @dataclass
@@ -40,8 +53,9 @@ class ReportSession:
     """What the report keeps for one pytest session (never in module globals: two sessions in one
     process -- pytester, a self-test -- each have their own)."""
     figures: Figures = field(default_factory=Figures)
-    checks: dict[str, dict] = field(default_factory=dict)     # nodeid -> {title, outcome, message}
-    titles: dict[str, str] = field(default_factory=dict)      # nodeid -> the check's sentence
+    checks: dict[str, dict] = field(default_factory=dict)     # check id -> {title, outcome, message}
+    titles: dict[str, str] = field(default_factory=dict)      # check id -> the check's sentence
+    ids: dict[str, str] = field(default_factory=dict)         # node id -> check id (``check_id``), at collection
     timing: timing.Timing = field(default_factory=timing.Timing)
     started: float = field(default_factory=time.time)
     baseline: dict | None = None                              # the loaded --cp-baseline
@@ -68,13 +82,18 @@ class ReportSession:
         outcome = outcome_of(report)
         if outcome is None:
             return
-        entry = self.checks.setdefault(report.nodeid, {"title": self.titles.get(report.nodeid, report.nodeid)})
+        check = self.check_of(report.nodeid)
+        entry = self.checks.setdefault(check, {"title": self.titles.get(check, check)})
         if report.when == "teardown" and entry.get("outcome") in ("failed", "skipped", "xfailed"):
             return   # the check's own verdict stands; a teardown error of a failed check adds nothing
         entry["outcome"] = outcome
         if outcome in BAD_OR_SKIPPED and report.longrepr is not None:
             msg = getattr(report, "wasxfail", "") or first_line(report)
             entry["message"] = msg[:300]
+
+    def check_of(self, nodeid: str) -> str:
+        """The check id of a node id collected in this session (an xdist controller collects none: the node id)."""
+        return self.ids.get(nodeid, nodeid)
 
     def is_suite_run(self) -> bool:
         """A run of the suites (self-tests keep no summary: they drive suites in runs of their own)."""
