@@ -120,7 +120,7 @@ class BurstUser(KubeApiUser):
         # apiserver answers from memory: a worker that quits kills its users mid-request (a user the master
         # moved to it after the other worker quit may still be here), and kube-apiserver counts a LIST
         # whose client went away as a 500 "context canceled" (kubernetes/kubernetes#139256) -- the seed's
-        # API health guard then fails the run for a request locust abandoned (seen in CI, 2026-11-26).
+        # API health guard then fails the run for a request locust abandoned.
         if _Share.done:
             raise StopUser()     # joined after this worker's share was done: nothing to open a connection for
         self.call("GET", "/version", "open connection")

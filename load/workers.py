@@ -33,7 +33,7 @@ LOCAL_OPTIONS = ("kube_server", "kube_token_file", "kube_ca_file", "kube_tls_ser
 POLL_S = 0.5
 # Heartbeats (one a second) a worker may miss before the master counts it lost: locust's own 3 flagged two
 # healthy workers lost, and stopped the test, when they spawned their users on a machine whose two cores ran
-# 14 runnable processes (the self-tests, 2026-11-27). A worker really killed is still lost within this many
+# 14 runnable processes (the self-tests beside them). A worker really killed is still lost within this many
 # seconds.
 HEARTBEAT_LIVENESS = 10
 

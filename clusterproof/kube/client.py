@@ -250,8 +250,8 @@ def raw_request(api: client.ApiClient, method: str, path: str, query: dict | Non
     it was sent: kube-apiserver's own deadline passed (``metav1``
     StatusReasonTimeout, "the request might succeed" again) and the write may
     or may not have been applied. It is sent again once, under the same
-    rules, even if its wait used up ``retry_s`` (a pod create answered 504
-    after 60 s on the CI machine, 2026-11-28, beside five other clusters).
+    rules, even if its wait used up ``retry_s`` (a pod create can wait 60 s
+    for its 504 on a machine running several clusters).
     The API health guard still counts the 504 against the module. Other
     HTTP answers (429, other 5xx) are not retried here: they are the
     cluster's answer, and the guard and the checks judge them. A read

@@ -13,7 +13,7 @@ ways (``by_name``):
 - on its own embedded cluster, as its admin, bound by ``nodeName``: thousands
   of binds and scheduler Events would measure the scheduler, not the
   endpoints, and on the 2-core machine beside the self-tests' clusters the
-  API server answered them 504 (seen 2026-11-27).
+  API server answered them 504.
 
 Either way the pods are in place before the measurement window, which counts
 watch bytes only; kwok
