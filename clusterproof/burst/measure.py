@@ -396,7 +396,8 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
     interrupted = (f"{'; '.join(cuts)} during the {phase.name} phase: its figures are void (creates refused, "
                    "times seen late, the apiserver's histograms reset), so no check judges them; why the API "
                    "server went away is the control-plane guard's finding") if cuts else None
-    figures = phase_figures(phase, result, pods, create_server, bind_server, counted, workers_figures(result, completion))
+    figures = phase_figures(phase, result, pods, create_server, bind_server, counted,
+                            workers_figures(result, completion))
     return PhaseRun(phase, result, pods, incomplete, figures, interrupted, real_pods)
 
 
