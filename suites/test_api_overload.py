@@ -105,10 +105,6 @@ def test_system_components_are_classified_into_their_own_flow_schemas(cluster, a
 
 # --- the flood (destructive) ------------------------------------------------------------------
 
-def _flood_kinds(run) -> dict:
-    return {k: run.summary.get(k, {}) for k in ("honouring", "impatient")}
-
-
 def _unprotected(run, flow_name: str) -> str | None:
     """Why ``flow_name`` was not protected from the flood by APF (None: the flood was in its own limited level)."""
     f = run.flow
@@ -129,13 +125,13 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
     for fig in plots(run, profile):
         fig.attach()
     allure.attach(json.dumps(run.summary, indent=2), "flood: responses per client kind", allure.attachment_type.JSON)
-    kinds = _flood_kinds(run)
-    r429 = sum(k.get("responses", {}).get("status 429", 0) for k in kinds.values())
-    total = sum(sum(v for key, v in k.get("responses", {}).items()) for k in kinds.values())
-    no_retry_after = sum(k.get("retry_after_s", {}).get("none", 0) for k in kinds.values())
-    elsewhere = sum(k.get("responses", {}).get("classified elsewhere", 0) for k in kinds.values())
-    unheaded = sum(k.get("responses", {}).get("without APF headers", 0) for k in kinds.values())
-    no_answer = sum(k.get("responses", {}).get("no response", 0) for k in kinds.values())
+    kinds = run.clients().values()
+    r429 = sum(k.responses_429 for k in kinds)
+    total = sum(k.responses_total for k in kinds)
+    no_retry_after = sum(k.without_retry_after for k in kinds)
+    elsewhere = sum(k.classified_elsewhere for k in kinds)
+    unheaded = sum(k.without_apf_headers for k in kinds)
+    no_answer = sum(k.no_response for k in kinds)
     rejected = run.rejected_delta()
     ours = sum(v for (fs, pl, _r), v in rejected.items() if pl == run.flow.level)
     others = {f"{fs} -> {pl} ({reason})": int(v) for (fs, pl, reason), v in rejected.items() if pl != run.flow.level}
@@ -153,7 +149,7 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
     assert no_retry_after == 0, f"{no_retry_after} of {r429} 429 responses had no Retry-After header"
     assert elsewhere == 0 and unheaded == 0, (
         f"{elsewhere} flood responses carried another FlowSchema/level UID "
-        f"(e.g. {run.summary.get('other_classification')}) "
+        f"(e.g. {run.other_classification}) "
         f"and {unheaded} none, instead of {run.flow.fs_uid}/{run.flow.pl_uid} ({level})")
     assert not others, f"rejections outside the flood's level: {others}"
     assert not errors5 and no_answer == 0, (
@@ -223,17 +219,17 @@ def test_a_well_behaved_client_is_not_throttled_during_the_flood(flood, profile,
     assert why is None, why
     during = fm.latency_figures(run.probe_in("flood"))
     base = fm.latency_figures(run.probe_in("baseline"))
-    figures.add("well-behaved 429s during the flood", during["responses_429"], "", 0)
-    figures.add("well-behaved mutating p99 during the flood", during["mutating_p99_s"], "s", profile.slo_mutating_p99_s)
-    figures.add("well-behaved mutating p99 before the flood", base["mutating_p99_s"], "s")
+    figures.add("well-behaved 429s during the flood", during.responses_429, "", 0)
+    figures.add("well-behaved mutating p99 during the flood", during.mutating_p99_s, "s", profile.slo_mutating_p99_s)
+    figures.add("well-behaved mutating p99 before the flood", base.mutating_p99_s, "s")
     assert pl != run.flow.level, f"the well-behaved client shares the flood's PriorityLevel {pl}"
-    assert during["requests"] > 0, "the well-behaved client sent nothing during the flood"
-    assert during["responses_429"] == 0 and during["responses_5xx"] == 0 and during["no_response"] == 0, (
-        f"the well-behaved client ({fs} -> {pl}) was throttled during the flood: {during}")
-    assert during["mutating_p99_s"] <= profile.slo_mutating_p99_s, (
+    assert during.requests > 0, "the well-behaved client sent nothing during the flood"
+    assert during.responses_429 == 0 and during.responses_5xx == 0 and during.no_response == 0, (
+        f"the well-behaved client ({fs} -> {pl}) was throttled during the flood: {during.to_dict()}")
+    assert during.mutating_p99_s <= profile.slo_mutating_p99_s, (
         f"mutating API call SLO (p99 <= {profile.slo_mutating_p99_s:g} s) broken for the well-behaved client "
-        f"({fs} -> {pl}) during the flood: p99 {during['mutating_p99_s']:g} s (before the flood "
-        f"{base['mutating_p99_s']} s)")
+        f"({fs} -> {pl}) during the flood: p99 {during.mutating_p99_s:g} s (before the flood "
+        f"{base.mutating_p99_s} s)")
 
 
 @pytest.mark.destructive
@@ -243,16 +239,15 @@ def test_clients_that_honour_retry_after_lose_nothing(flood, profile, figures):
     nothing to being shed (one that retries at once is measured beside it). Red: objects were lost, duplicated or
     given up on (named)."""
     run = flood
-    kinds = _flood_kinds(run)
+    kinds = run.clients()
     lines = []
     for kind, k in kinds.items():
-        planned = k.get("planned", 0)
-        r429 = k.get("responses", {}).get("status 429", 0)
+        planned = k.planned
         exists = sorted(run.existing_pods.get(kind, []))
-        figures.add(f"429s per created pod ({kind} clients)", round(r429 / max(1, k.get("created", 0)), 2), "")
+        figures.add(f"429s per created pod ({kind} clients)", round(k.per_created_pod_429, 2), "")
         # A locust worker lost mid-flood (reported on the flood's page) took its share's outcome with it: those
         # names are neither demanded nor unplanned. Duplicates of them are still caught.
-        unjudged = set(k.get("lost_share", []))
+        unjudged = set(k.lost_share)
         if unjudged:
             figures.add(f"planned pods of lost locust workers, not judged ({kind} clients)", len(unjudged), "pods")
         want = [n for n in pod_names(kind, planned) if n not in unjudged]
@@ -262,11 +257,11 @@ def test_clients_that_honour_retry_after_lose_nothing(flood, profile, figures):
         if missing or extra or dup or not planned:
             lines.append(f"{kind} clients: {len(set(exists) & set(want))} of {planned} planned pods exist; missing "
                          f"{_names(missing)}; gave up after {profile.apf_flood_max_attempts} attempt(s): "
-                         f"{_names(k.get('gave_up', []))}; unplanned {_names(extra)}; duplicates {dup}")
-    h, i = kinds["honouring"], kinds["impatient"]
-    ratio = lambda k: k.get("responses", {}).get("status 429", 0) / max(1, k.get("created", 0))  # noqa: E731
-    allure.attach(f"clients that honour Retry-After: {h.get('responses')}\nclients that retry at once: "
-                  f"{i.get('responses')}\n429s per created pod: {ratio(h):.2f} vs {ratio(i):.2f}",
+                         f"{_names(k.gave_up)}; unplanned {_names(extra)}; duplicates {dup}")
+    h, i = kinds.values()
+    allure.attach(f"clients that honour Retry-After: {h.responses or None}\nclients that retry at once: "
+                  f"{i.responses or None}\n429s per created pod: {h.per_created_pod_429:.2f} vs "
+                  f"{i.per_created_pod_429:.2f}",
                   "honouring vs impatient clients", allure.attachment_type.TEXT)
     assert not lines, "the flood lost objects: " + "; ".join(lines)
 
@@ -280,10 +275,10 @@ def test_apf_queues_drain_and_latency_recovers_after_the_flood(flood, profile, f
     took = None if run.phases.recovered is None else run.phases.recovered - run.phases.flood_end
     base = fm.latency_figures(run.probe_in("baseline"))
     figures.add("flood end -> recovered", took, "s", profile.apf_recovery_s, headline=True)
-    figures.add("well-behaved p99 before the flood", base["p99_s"], "s")
+    figures.add("well-behaved p99 before the flood", base.p99_s, "s")
     assert took is not None, (
         f"no recovery within {profile.apf_recovery_s:g} s after the flood: {run.recovery_note} (PriorityLevel "
-        f"{run.flow.level}; the well-behaved client's baseline p99 {base['p99_s']} s)")
+        f"{run.flow.level}; the well-behaved client's baseline p99 {base.p99_s} s)")
 
 
 # --- node-join storm (destructive; the embedded cluster the harness started only) -----------------
@@ -313,18 +308,18 @@ def test_existing_nodes_stay_ready_while_nodes_join(join_storm, mode, profile, f
     nodes already there, or did not complete."""
     run = join_storm[mode]
     f = run.figures()
-    allure.attach(json.dumps(f, indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)
-    figures.add("joined nodes", f["registered"], "nodes", run.nodes, ">=")
-    figures.add("first registration -> all Ready", f["seconds_to_all_ready"], "s", profile.apf_join_timeout_s,
+    allure.attach(json.dumps(f.to_dict(), indent=2), f"node join ({mode}): figures", allure.attachment_type.JSON)
+    figures.add("joined nodes", f.registered, "nodes", run.nodes, ">=")
+    figures.add("first registration -> all Ready", f.seconds_to_all_ready, "s", profile.apf_join_timeout_s,
                 headline=True)
-    figures.add("join 429s (retried)", f["join_429"], "")
-    figures.add("well-behaved p99 during the join", f["well_behaved_client"]["p99_s"], "s")
+    figures.add("join 429s (retried)", f.join_429, "")
+    figures.add("well-behaved p99 during the join", f.well_behaved_client.p99_s, "s")
     figures.add("existing nodes NotReady", len(run.flapped), "", 0)
     assert not run.flapped, (f"existing nodes turned NotReady while {run.nodes} nodes joined ({mode}): "
                              f"{_names(run.flapped)}")
-    assert f["registered"] == run.nodes, (
-        f"{f['registered']} of {run.nodes} nodes registered ({mode}); 429s {f['join_429']}, given up "
-        f"{f['join_given_up']}, 5xx {f['join_5xx']}, no answer {f['join_no_response']}")
-    assert f["seconds_to_all_ready"] is not None, (
+    assert f.registered == run.nodes, (
+        f"{f.registered} of {run.nodes} nodes registered ({mode}); 429s {f.join_429}, given up "
+        f"{f.join_given_up}, 5xx {f.join_5xx}, no answer {f.join_no_response}")
+    assert f.seconds_to_all_ready is not None, (
         f"not every joined node was Ready within {profile.apf_join_timeout_s} s ({mode}): {run.tracker}")
-    assert not f["apiserver_5xx"], f"the apiserver answered 5xx while nodes joined ({mode}): {f['apiserver_5xx']}"
+    assert not f.apiserver_5xx, f"the apiserver answered 5xx while nodes joined ({mode}): {f.apiserver_5xx}"

@@ -74,16 +74,16 @@ def test_steady_pod_creates_meet_the_mutating_call_slo(burst, profile, figures):
     """At the steady create rate the apiserver's own histogram keeps pod creates within the mutating-call SLO (p99 <=
     ``slo_mutating_p99_s``). Red: the apiserver (or etcd behind it) is too slow at a rate the cluster should
     sustain."""
-    f, slo = burst["steady"].figures, profile.slo_mutating_p99_s
-    server = f["create_latency_server_p99_s"]
+    f, slo = burst.steady.figures, profile.slo_mutating_p99_s
+    server = f.create_latency_server_p99_s
     figures.add("create pod p99, apiserver histogram", server, "s", slo, headline=True)
-    figures.add("create pod p99, locust (client side, diagnostic)", f["create_latency_p99_s"], "s")
-    figures.add("create rate", f["create_qps"], "pods/s")
+    figures.add("create pod p99, locust (client side, diagnostic)", f.create_latency_p99_s, "s")
+    figures.add("create rate", f.create_qps, "pods/s")
     assert server is not None, "the apiserver recorded no pod create during the steady phase"
     assert server <= slo, (
-        f"mutating API call SLO (p99 <= {slo:g} s) broken for pod creates at {f['create_qps']:g} pods/s "
+        f"mutating API call SLO (p99 <= {slo:g} s) broken for pod creates at {f.create_qps:g} pods/s "
         f"(steady phase, target {profile.burst_steady_rate:g}/s): the apiserver's own histogram says p99 "
-        f"{server:g} s over {f['create_requests_server']} creates; locust saw p99 {_s(f['create_latency_p99_s'])} "
+        f"{server:g} s over {f.create_requests_server} creates; locust saw p99 {_s(f.create_latency_p99_s)} "
         f"client side")
 
 
@@ -92,7 +92,7 @@ def test_steady_pod_startup_meets_the_slo(burst, profile, figures):
     """At the steady create rate pod startup (creationTimestamp -> Ready, by the pods' own timestamps) has p99 <=
     ``slo_pod_startup_p99_s``, a pod that never ran counting as infinitely slow; pods on real nodes, if any, are
     held to the same SLO. Red: scheduling or start-up cannot keep up with the steady rate."""
-    run, slo = burst["steady"], profile.slo_pod_startup_p99_s
+    run, slo = burst.steady, profile.slo_pod_startup_p99_s
     f = run.figures
     attach(profile, run)
     # A pod that never ran counts as infinitely slow: the SLO is over every pod created.
@@ -100,17 +100,17 @@ def test_steady_pod_startup_meets_the_slo(burst, profile, figures):
     lat += [math.inf] * max(0, run.planned - len(lat))
     p99 = percentile(lat, 99)
     figures.add("pod startup p99, object timestamps", p99, "s", slo, headline=True)
-    figures.add("pod startup p99, watch (diagnostic)", f["pod_startup_p99_s"], "s")
-    figures.add("watch delivery lag p99 at create (diagnostic)", f["watch_lag_created_p99_s"], "s")
-    figures.add("watch delivery lag p99 at Running (diagnostic)", f["watch_lag_running_p99_s"], "s")
+    figures.add("pod startup p99, watch (diagnostic)", f.pod_startup_p99_s, "s")
+    figures.add("watch delivery lag p99 at create (diagnostic)", f.watch_lag_created_p99_s, "s")
+    figures.add("watch delivery lag p99 at Running (diagnostic)", f.watch_lag_running_p99_s, "s")
     never = sum(1 for x in lat if math.isinf(x))
     _, real_line = _real_node_startup(run, lat, slo, figures)
     assert p99 <= slo, (
-        f"pod startup SLO (p99 <= {slo:g} s) broken at {f['create_qps']:g} pods/s (steady phase): p99 "
+        f"pod startup SLO (p99 <= {slo:g} s) broken at {f.create_qps:g} pods/s (steady phase): p99 "
         + (f"{p99:g} s" if math.isfinite(p99) else "infinite")
         + f" by the pods' own timestamps (creationTimestamp -> Ready) over {run.planned} pods, {never} never Running; "
-        + f"the watch saw p99 {_s(f['pod_startup_p99_s'])}; created->bound p99 {_s(f['created_to_bound_p99_s'])}, "
-        + f"bound at {f['scheduling_throughput_pods_per_s']:g} pods/s"
+        + f"the watch saw p99 {_s(f.pod_startup_p99_s)}; created->bound p99 {_s(f.created_to_bound_p99_s)}, "
+        + f"bound at {f.scheduling_throughput_pods_per_s:g} pods/s"
         + (f"; {run.incomplete}" if run.incomplete else ""))
     if real_line and real_line.startswith("clusterproof:"):
         pytest.fail(real_line, pytrace=False)   # a harness error, not a verdict on the cluster
@@ -129,23 +129,23 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float, figures) -> tuple
     real = run.real_nodes
     if not real:
         return None, None
-    times = [t if t is not None else math.inf for t in real["startup_s"].values()]
+    times = [t if t is not None else math.inf for t in real.startup_s.values()]
     p99 = percentile(times, 99) if times else math.inf
     allure.dynamic.tag("nodes:real")
     figures.add("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
     Figure("Steady phase: pod startup, real node beside kwok nodes (under the same load)",
            "cumulative share of each kind's pods, sorted by start-up (%)", "created -> Ready (s, 1 s resolution)",
            [Series(f"simulated (kwok nodes, {len(kwok_lat)} pods)", _ranked(kwok_lat), style="line"),
-            Series(f"real ({', '.join(real['nodes'])}: kubelet + containerd, {len(times)} real containers)",
+            Series(f"real ({', '.join(real.nodes)}: kubelet + containerd, {len(times)} real containers)",
                    _ranked(times), style="line")],
            {f"pod startup SLO (p99 <= {slo:g} s)": slo}).attach()
-    if real["void"]:
-        return p99, f"clusterproof: {real['void']}"
-    if real["error"] or not times:
-        return p99, f"the real-node pods of the steady phase could not be created: {real['error'] or 'none planned'}"
+    if real.void:
+        return p99, f"clusterproof: {real.void}"
+    if real.error or not times:
+        return p99, f"the real-node pods of the steady phase could not be created: {real.error or 'none planned'}"
     if p99 > slo:
         never = sum(1 for t in times if math.isinf(t))
-        return p99, (f"pod startup SLO (p99 <= {slo:g} s) broken on the real node(s) {', '.join(real['nodes'])} "
+        return p99, (f"pod startup SLO (p99 <= {slo:g} s) broken on the real node(s) {', '.join(real.nodes)} "
                      f"during the steady phase: p99 " + (f"{p99:g} s" if math.isfinite(p99) else "infinite")
                      + f" over {len(times)} real containers, {never} never Ready")
     return p99, None
@@ -159,25 +159,25 @@ def test_every_pod_of_the_burst_is_created(burst, profile, figures):
     the planned pods. A remote locust worker lost mid-burst is reported (the figures, the workers attachment,
     a log line) and its share completed by the harness; the check still holds. Red: the API server refused or lost
     creates (locust's errors are in the message)."""
-    run = burst["burst"]
+    run = burst.burst
     attach(profile, run)
     f = run.figures
     errors = "; ".join(f"{r['Error']} x{r['Occurrences']}" for r in run.locust.failures)
-    created = f["create_requests"] - f["create_failures"]
-    harness, lost = f.get("pods_completed_by_harness", 0), f.get("load_workers_lost", 0)
+    created = f.create_requests - f.create_failures
+    harness, lost = f.pods_completed_by_harness, f.load_workers_lost
     figures.add("pods created", created + harness, "pods", run.planned, ">=")
-    if f.get("load_workers"):
+    if f.load_workers:
         figures.add("locust workers lost", lost, "workers")
         figures.add("pods completed by the harness (lost workers' shares)", harness, "pods")
-    exact = (f["pods_in_cluster"] == run.planned and not f["pods_missing_count"] and not f["pods_unplanned"]
-             and f["pods_seen"] == run.planned)
+    exact = (f.pods_in_cluster == run.planned and not f.pods_missing_count and not f.pods_unplanned
+             and f.pods_seen == run.planned)
     # With a lost worker, its last creates may have succeeded unreported: the cluster's list is the count then.
     assert exact and (lost or created == run.planned), (
         f"{created} of {run.planned} pod creates succeeded"
         + (f" and the harness created {harness} of {lost} lost workers' shares" if lost else "")
-        + f"; the cluster lists {f['pods_in_cluster']} ({f['pods_missing_count']} missing "
-        f"{', '.join(f['pods_missing'][:5])}, unplanned: {', '.join(f['pods_unplanned'][:5]) or 'none'}); "
-        f"{f['pods_seen']} seen on the watch; failures: {errors or 'none'}; "
+        + f"; the cluster lists {f.pods_in_cluster} ({f.pods_missing_count} missing "
+        f"{', '.join(f.pods_missing[:5])}, unplanned: {', '.join(f.pods_unplanned[:5]) or 'none'}); "
+        f"{f.pods_seen} seen on the watch; failures: {errors or 'none'}; "
         f"locust: {run.locust.log_tail.splitlines()[-1:]}")
 
 
@@ -185,10 +185,10 @@ def test_every_pod_of_the_burst_is_created(burst, profile, figures):
 def test_the_burst_gets_no_429_and_no_5xx(burst, figures):
     """The burst of pod creates gets no 429 and no 5xx from the API server. Red: the burst was throttled or failed
     server side."""
-    f = burst["burst"].figures
-    figures.add("429 responses", f["responses_429"], "", 0)
-    figures.add("5xx responses", f["responses_5xx"], "", 0)
-    rows = [f"{r['Error']} x{r['Occurrences']}" for r in burst["burst"].locust.failures
+    f = burst.burst.figures
+    figures.add("429 responses", f.responses_429, "", 0)
+    figures.add("5xx responses", f.responses_5xx, "", 0)
+    rows = [f"{r['Error']} x{r['Occurrences']}" for r in burst.burst.locust.failures
             if r["Error"].startswith(("429", "5"))]
     assert not rows, f"the API server refused or failed pod creates during the burst: {'; '.join(rows)}"
 
@@ -199,7 +199,7 @@ def test_every_job_is_bound_completely_in_time(burst, job, profile, figures):
     pods/s allows for it and the jobs before it, plus ``burst_bind_slack_s``. Red: the scheduler binds too slowly,
     or pods of the job were never bound."""
     index, name = job
-    run = burst["burst"]
+    run = burst.burst
     mine = [p for p in run.pods if p.job == name]
     unbound = [p.name for p in mine if p.bound is None]
     t0 = min((p.added for p in run.pods), default=0.0)
@@ -213,4 +213,4 @@ def test_every_job_is_bound_completely_in_time(burst, job, profile, figures):
         f"job {name} was bound completely {took:.1f} s after the burst's first create; at the required "
         f"{profile.burst_bind_rate_min:g} pods/s its {(index + 1) * profile.burst_job_size} pods (it and the jobs "
         f"before it) take {bound - profile.burst_bind_slack_s:.1f} s + {profile.burst_bind_slack_s:g} s slack = "
-        f"{bound:.1f} s; the scheduler bound {run.figures['scheduling_throughput_pods_per_s']:g} pods/s")
+        f"{bound:.1f} s; the scheduler bound {run.figures.scheduling_throughput_pods_per_s:g} pods/s")

@@ -50,7 +50,6 @@ import allure
 import pytest
 
 from clusterproof.core.errors import HarnessError
-from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.fixtures import EXTRA_ENV
 from clusterproof.kube.pods import list_pods
@@ -109,14 +108,14 @@ def test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_re
     run = _simulated(preflight)
     bound = profile.preflight_quarantine_timeout_s
     out = settle_join(cluster.api, run, bound)
-    status = run.agent.status() if run.agent else {}
+    status = run.agent.counts() if run.agent else None
     faulty = sum(1 for n in run.names if run.faults.expected_code(n))
     figures.add("nodes joined (faulty / healthy)", len(run.names), f"nodes ({faulty} faulty)")
-    figures.add("time to quarantine, p50", percentile(out.quarantine_s, 50), "s")
-    figures.add("time to quarantine, p99", percentile(out.quarantine_s, 99), "s", bound, headline=True)
-    figures.add("time to release, p99", percentile(out.release_s, 99), "s", bound)
-    if status.get("checks"):
-        figures.add("checker time per node (agent, mock NVML)", 1000 * status["check_seconds"] / status["checks"], "ms")
+    figures.add("time to quarantine, p50", out.quarantine_p(50), "s")
+    figures.add("time to quarantine, p99", out.quarantine_p(99), "s", bound, headline=True)
+    figures.add("time to release, p99", out.release_p99_s, "s", bound)
+    if status is not None and status.checks:
+        figures.add("checker time per node (agent, mock NVML)", status.check_ms_per_node, "ms")
     _decision_plot(run, out.decided_s, bound)
     allure.attach("\n".join(f"{n}: {run.marks.state(_node(run, n) or {'metadata': {}})} ({what(run, n)})"
                             for n in run.names), "joining nodes: state and injected fault", allure.attachment_type.TEXT)
@@ -171,16 +170,15 @@ def test_nodes_going_bad_in_service_are_drained_within_the_cap_and_the_pdb(prefl
     allure.attach("\n".join(f"{n}: {FAULTS[kind].what}" for n, kind in out.victims.items())
                   + "".join(f"\nwave {i + 1}: {', '.join(w)}" for i, w in enumerate(out.waves)),
                   f"{len(out.victims)} nodes going bad in service at once (cap {cap})", allure.attachment_type.TEXT)
-    status = run.agent.status() if run.agent else {}
+    status = run.agent.counts() if run.agent else None
     figures.add("most nodes out of service at once", out.most_out, "nodes", cap)
-    figures.add("time to cordon, p99", percentile(out.cordon_s, 99), "s")
-    figures.add("time to cordon and drain, p99", percentile(out.drained_s, 99), "s", bound)
+    figures.add("time to cordon, p99", out.cordon_p99_s, "s")
+    figures.add("time to cordon and drain, p99", out.drained_p99_s, "s", bound)
     figures.add("fewest ReplicaSet pods Ready", out.fewest_ready, "pods", out.replicas - 1, op=">=")
-    if status:
-        figures.add("evictions refused by the PDB (429, retried)",
-                 sum(d["refused_429"] for d in status.get("drains", {}).values()), "evictions")
-        figures.add("evictions answered 504, PDB update conflicts (retried)",
-                 sum(d.get("conflicts_504", 0) for d in status.get("drains", {}).values()), "evictions")
+    if status is not None:
+        figures.add("evictions refused by the PDB (429, retried)", status.evictions_refused_429, "evictions")
+        figures.add("evictions answered 504, PDB update conflicts (retried)", status.evictions_conflict_504,
+                    "evictions")
     assert not out.problems, f"{len(out.problems)} in-service remediation problem(s): " + _names(out.problems)
 
 

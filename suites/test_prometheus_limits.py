@@ -66,7 +66,7 @@ from clusterproof.prometheus import slo as promslo
 from clusterproof.prometheus.limits import BYTES_PER_SAMPLE, BYTES_PER_SERIES, limit_bound, scrapes, series_unbounded
 from clusterproof.prometheus.queries import tiny_timeout_probe
 
-MIB = 1 << 20
+MIB = prom_limits.MIB
 
 
 @pytest.fixture(scope="module")

@@ -309,7 +309,7 @@ def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster
     assert (joined["host-a"]["address"], joined["host-b"]["address"]) == (a.ip, b.ip), run.locust.workers
     by = _by_creator(cluster.api, namespace, run_id, split)
     assert set(by) == {"w0", "w1"} and all(v > 0 for v in by.values()) and sum(by.values()) == split.pods, by
-    assert run.figures["pods_by_creator"] == by and run.figures["pods_in_cluster"] == split.pods, run.figures
+    assert run.figures.pods_by_creator == by and run.figures.pods_in_cluster == split.pods, run.figures
     create = run.locust.stats["create pod"]
     assert create.requests == split.pods and create.failures == 0, (create, run.locust.failures)
     clear_phase(cluster.api, namespace, run_id, split)
@@ -330,19 +330,19 @@ def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster
     killer.join(timeout=5)
     f = run.figures
     gone = [w for w in run.locust.workers if w["state"] == "lost"]
-    assert [w["name"] for w in gone] == ["host-b"] and f["load_workers_lost"] == 1, (run.locust.workers, f)
+    assert [w["name"] for w in gone] == ["host-b"] and f.load_workers_lost == 1, (run.locust.workers, f)
     assert any("locust worker host-b" in r.getMessage() and "was lost" in r.getMessage() for r in caplog.records), \
         [r.getMessage() for r in caplog.records][-10:]
-    assert f["pods_in_cluster"] == lost.pods and f["pods_missing_count"] == 0 and not f["pods_unplanned"], f
-    assert f["pods_seen"] == lost.pods and f["pods_running"] == lost.pods, f
+    assert f.pods_in_cluster == lost.pods and f.pods_missing_count == 0 and not f.pods_unplanned, f
+    assert f.pods_seen == lost.pods and f.pods_running == lost.pods, f
     # The killed worker's share: what it made before it died, and the rest by the harness -- never a pod twice.
     k = gone[0]["index"]
     share = set(lost.pod_names(2, k))
     mine = {n for n, pod in list_pods(cluster.api, namespace, f"{RUN_LABEL}={run_id},{PHASE_LABEL}=lost").items()
             if pod["metadata"]["labels"].get(CREATOR_LABEL) in (f"w{k}", "harness")}
-    assert mine == share and f["pods_by_creator"].get("harness", 0) == f["pods_completed_by_harness"] > 0, (
+    assert mine == share and f.pods_by_creator.get("harness", 0) == f.pods_completed_by_harness > 0, (
         sorted(share - mine), sorted(mine - share), f)
-    assert sum(f["pods_by_creator"].values()) == lost.pods, f
+    assert sum(f.pods_by_creator.values()) == lost.pods, f
     saved = json.loads(Path(f"{run.locust.csv_prefix}_workers.json").read_text())["workers"]
     assert [w["state"] for w in saved if w["name"] == "host-b"] == ["lost"], saved
     clear_phase(cluster.api, namespace, run_id, lost)

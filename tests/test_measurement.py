@@ -76,6 +76,25 @@ def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_un
                                             "suites/test_b.py::test_c :: seconds"]
 
 
+def test_a_typed_result_is_read_by_attribute_and_gathers_its_measured_fields_by_name():
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Phase(m.Typed):
+        phase: str
+        create_qps: float = m.measured("pods/s")
+        startup_p99_s: float | None = m.measured("s")
+        missing: list[str] = field(default_factory=list)      # data beside the figures, never gathered
+
+    p = Phase("steady", 30.0, None, ["pod-1"])
+    assert isinstance(p, m.Measurement) and p.create_qps == 30.0
+    assert [(f.name, f.value, f.unit, f.direction) for f in p.gather()] == [
+        ("create_qps", 30.0, "pods/s", "higher"), ("startup_p99_s", None, "s", "lower")]
+    assert p.to_dict() == {"phase": "steady", "create_qps": 30.0, "startup_p99_s": None, "missing": ["pod-1"]}
+    with pytest.raises(AttributeError):
+        p.create_qpps     # noqa: B018 -- a misspelt figure fails at once, never reads None
+
+
 def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_direction():
     store = Figures([Figure.of("suites/t.py::a", "p99", 2.0, "s", 5.0, headline=True),
                      Figure.of("suites/t.py::a", "nodes", 10, "nodes", 10, "==")])

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from kubernetes import client
 
+from clusterproof.core import measurement
+from clusterproof.core.measurement import measured
 from clusterproof.core.run import metadata
 from clusterproof.core.stats import percentile
 from clusterproof.core.timeparse import http_date, parse_time
@@ -133,15 +135,28 @@ def window(samples: list[Sample], t0: float, t1: float) -> list[Sample]:
     return [s for s in samples if t0 <= s.t < t1]
 
 
-def latency_figures(samples: list[Sample]) -> dict:
-    """p50/p99 of all and of mutating requests, and how many were 429s or got no answer (pure)."""
+@dataclass
+class Latency(measurement.Typed):
+    """The well-behaved client's requests in a window: p50/p99 of all and of mutating ones (answered below 500),
+    and how many were 429s, 5xx or got no answer."""
+    requests: int = measured("requests")
+    p50_s: float | None = measured("s")
+    p99_s: float | None = measured("s")
+    mutating_p99_s: float | None = measured("s")
+    responses_429: int = measured("responses")
+    responses_5xx: int = measured("responses")
+    no_response: int = measured("requests")
+
+
+def latency_figures(samples: list[Sample]) -> Latency:
+    """The samples' ``Latency`` (pure)."""
     ok = [s.latency_s for s in samples if s.status and s.status < 500]
     mut = [s.latency_s for s in samples if s.mutating and s.status and s.status < 500]
     r = lambda v: None if v != v else round(v, 4)  # noqa: E731  (NaN -> None)
-    return {"requests": len(samples), "p50_s": r(percentile(ok, 50)), "p99_s": r(percentile(ok, 99)),
-            "mutating_p99_s": r(percentile(mut, 99)), "responses_429": sum(s.status == 429 for s in samples),
-            "responses_5xx": sum(s.status >= 500 for s in samples),
-            "no_response": sum(s.status == 0 for s in samples)}
+    return Latency(requests=len(samples), p50_s=r(percentile(ok, 50)), p99_s=r(percentile(ok, 99)),
+                   mutating_p99_s=r(percentile(mut, 99)), responses_429=sum(s.status == 429 for s in samples),
+                   responses_5xx=sum(s.status >= 500 for s in samples),
+                   no_response=sum(s.status == 0 for s in samples))
 
 
 @dataclass

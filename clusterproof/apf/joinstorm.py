@@ -36,6 +36,8 @@ from clusterproof.apf import flood as fm
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.cluster.node_plan import kubelet_labels, node_capacity
 from clusterproof.cluster.nodes import ReadyTracker
+from clusterproof.core import measurement
+from clusterproof.core.measurement import measured
 from clusterproof.core.progress import phase
 from clusterproof.core.run import SCRATCH_LABEL, metadata
 from clusterproof.core.stats import percentile
@@ -94,7 +96,32 @@ def register(api: client.ApiClient, body: dict, attempts: int = 10) -> Join:
 
 
 @dataclass
-class JoinRun:
+class JoinFigures(measurement.Typed):
+    """A join's figures: the joins' answers and latency, the time to all Ready (and schedulable), what the
+    apiserver rejected and failed meanwhile, the well-behaved client's latency, the existing nodes that flapped."""
+    mode: str
+    nodes: int = measured("nodes")
+    registered: int = measured("nodes")
+    join_429: int = measured("responses")
+    join_given_up: int = measured("nodes")
+    join_5xx: int = measured("responses")
+    join_no_response: int = measured("requests")
+    join_latency_p50_s: float | None = measured("s")
+    join_latency_p99_s: float | None = measured("s")
+    seconds_to_register_all: float = measured("s")
+    seconds_to_all_ready: float | None = measured("s")
+    seconds_to_all_schedulable: float | None = measured("s")
+    rejected_by_flow: dict[str, int] = field(default_factory=dict)
+    apiserver_5xx: dict[str, int] = field(default_factory=dict)
+    well_behaved_client: fm.Latency | None = None
+    existing_nodes_not_ready: list[str] = field(default_factory=list)
+    join_classification: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class JoinRun(measurement.Base):
+    """One mode's join, measured by ``join`` (which starts and ends its node informer around the load:
+    ``Base``'s start and dispose); ``figures()`` is what the checks read, ``gather()`` the same as figures."""
     mode: str
     nodes: int
     joins: list[Join]
@@ -104,28 +131,32 @@ class JoinRun:
     tracker: str
     rejected: dict[tuple[str, str, str], float]
     server_errors: dict[tuple, float]
-    probe: dict                             # the well-behaved client's figures during the join
+    probe: fm.Latency                       # the well-behaved client's figures during the join
     flapped: list[str]                      # existing nodes NotReady (or flapping) since the join started
     classified: dict[str, int] = field(default_factory=dict)   # "flowschemas/x -> prioritylevelconfigurations/y": n
 
-    def figures(self) -> dict:
+    def figures(self) -> JoinFigures:
         lat = [j.latency_s for j in self.joins if j.status]
-        return {"mode": self.mode, "nodes": self.nodes,
-                "registered": sum(j.status == 201 for j in self.joins),
-                "join_429": sum(j.rejected for j in self.joins),
-                "join_given_up": sum(j.status == 429 for j in self.joins),
-                "join_5xx": sum(j.status >= 500 for j in self.joins),
-                "join_no_response": sum(j.status == 0 for j in self.joins),
-                "join_latency_p50_s": round(percentile(lat, 50), 3) if lat else None,
-                "join_latency_p99_s": round(percentile(lat, 99), 3) if lat else None,
-                "seconds_to_register_all": round(self.seconds_to_register, 2),
-                "seconds_to_all_ready": None if self.seconds_to_ready is None else round(self.seconds_to_ready, 2),
-                "seconds_to_all_schedulable": (None if self.seconds_to_schedulable is None
-                                               else round(self.seconds_to_schedulable, 2)),
-                "rejected_by_flow": {f"{fs} -> {pl} ({r})": int(v) for (fs, pl, r), v in self.rejected.items()},
-                "apiserver_5xx": {"/".join(k): int(v) for k, v in self.server_errors.items()},
-                "well_behaved_client": self.probe, "existing_nodes_not_ready": self.flapped,
-                "join_classification": self.classified}
+        return JoinFigures(
+            mode=self.mode, nodes=self.nodes,
+            registered=sum(j.status == 201 for j in self.joins),
+            join_429=sum(j.rejected for j in self.joins),
+            join_given_up=sum(j.status == 429 for j in self.joins),
+            join_5xx=sum(j.status >= 500 for j in self.joins),
+            join_no_response=sum(j.status == 0 for j in self.joins),
+            join_latency_p50_s=round(percentile(lat, 50), 3) if lat else None,
+            join_latency_p99_s=round(percentile(lat, 99), 3) if lat else None,
+            seconds_to_register_all=round(self.seconds_to_register, 2),
+            seconds_to_all_ready=None if self.seconds_to_ready is None else round(self.seconds_to_ready, 2),
+            seconds_to_all_schedulable=(None if self.seconds_to_schedulable is None
+                                        else round(self.seconds_to_schedulable, 2)),
+            rejected_by_flow={f"{fs} -> {pl} ({r})": int(v) for (fs, pl, r), v in self.rejected.items()},
+            apiserver_5xx={"/".join(k): int(v) for k, v in self.server_errors.items()},
+            well_behaved_client=self.probe, existing_nodes_not_ready=self.flapped,
+            join_classification=self.classified)
+
+    def gather(self) -> list[measurement.Figure]:
+        return self.figures().gather()
 
 
 def join(api: client.ApiClient, profile, run_id: str, mode: str, prober: fm.WellBehaved, timeout: float) -> JoinRun:
@@ -211,5 +242,5 @@ def join_both(api: client.ApiClient, profile, run_id: str, work, say, namespaces
 
 def comparison(runs: dict[str, JoinRun]) -> str:
     """The two modes side by side (an attachment)."""
-    figs = {m: r.figures() for m, r in runs.items()}
+    figs = {m: r.figures().to_dict() for m, r in runs.items()}
     return json.dumps(figs, indent=2, default=str)

@@ -18,6 +18,7 @@ flow came to exist and how it was measured belongs here, undone at the end
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -30,11 +31,12 @@ import allure
 from kubernetes import client
 
 from clusterproof.apf import flood as fm
-from clusterproof.apf.flood_plan import KIND_LABEL
+from clusterproof.apf.flood_plan import KIND_LABEL, KINDS
 from clusterproof.cluster.apiguard import server_errors
-from clusterproof.core import progress
+from clusterproof.core import measurement, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import LocustResult, Master, run_locust
+from clusterproof.core.measurement import measured
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import flowcontrol as apf
@@ -219,8 +221,41 @@ def locust_args(profile, namespace: str, run_id: str, identity, flow: FloodFlow)
 
 
 @dataclass
-class FloodRun:
-    """One measured flood: what the checks read."""
+class FloodClients(measurement.Typed):
+    """One kind of the flood's clients, as load/flood.py counted them (its ``<csv>_flood.json``): the pods they
+    planned and created, and how their requests were answered."""
+    kind: str
+    planned: int = measured("pods", default=0)
+    created: int = measured("pods", default=0)
+    responses_total: int = measured("responses", default=0)
+    responses_429: int = measured("responses", default=0)
+    without_retry_after: int = measured("responses", default=0)    # 429s without a Retry-After header
+    classified_elsewhere: int = measured("responses", default=0)   # another FlowSchema/level UID than the flood's
+    without_apf_headers: int = measured("responses", default=0)
+    no_response: int = measured("requests", default=0)
+    responses: dict[str, int] = field(default_factory=dict)        # load/flood.py's own labels -> count
+    gave_up: list[str] = field(default_factory=list)               # pods given up after apf_flood_max_attempts
+    lost_share: list[str] = field(default_factory=list)            # planned pods of lost locust workers
+
+    @classmethod
+    def of(cls, kind: str, summary: dict) -> "FloodClients":
+        k = summary.get(kind, {})
+        responses = k.get("responses", {})
+        return cls(kind, k.get("planned", 0), k.get("created", 0), sum(responses.values()),
+                   responses.get("status 429", 0), k.get("retry_after_s", {}).get("none", 0),
+                   responses.get("classified elsewhere", 0), responses.get("without APF headers", 0),
+                   responses.get("no response", 0), responses, k.get("gave_up", []), k.get("lost_share", []))
+
+    @property
+    def per_created_pod_429(self) -> float:
+        """429s per created pod (a client that honours Retry-After should need fewer)."""
+        return self.responses_429 / max(1, self.created)
+
+
+@dataclass
+class FloodRun(measurement.Base):
+    """One measured flood: what the checks read (``measure_flood`` starts and ends its observers around the
+    flood: ``Base``'s start and dispose; ``gather()`` is each client kind's figures, named ``<kind> <field>``)."""
     flow: FloodFlow
     config: apf.ApfConfig
     flood_ns: str
@@ -245,6 +280,19 @@ class FloodRun:
         bounds = {"baseline": (p.baseline, p.flood), "flood": (p.flood, p.flood_end),
                   "recovery": (p.flood_end, p.end)}[phase]
         return fm.window(self.probe, *bounds)
+
+    def clients(self) -> dict[str, FloodClients]:
+        """Each kind of flood client (``KINDS``), honouring Retry-After first."""
+        return {k: FloodClients.of(k, self.summary) for k in KINDS}
+
+    @property
+    def other_classification(self) -> dict[str, int]:
+        """The FlowSchema/level pairs flood responses named other than the flood's own (the five most frequent)."""
+        return self.summary.get("other_classification") or {}
+
+    def gather(self) -> list[measurement.Figure]:
+        return [dataclasses.replace(f, name=f"{kind} {f.name}")
+                for kind, c in self.clients().items() for f in c.gather()]
 
     def rejected_delta(self) -> dict[tuple[str, str, str], float]:
         return apf.delta(apf.rejected(self.metrics_after), apf.rejected(self.metrics_before))
@@ -333,7 +381,7 @@ def wait_recovered(profile, flow: FloodFlow, prober: fm.WellBehaved, sampler: fm
     (nor executing, for a Limited level) and every request the well-behaved client sent in the last
     ``RECOVERY_WINDOW_S`` (and the one in flight) took at most ``apf_recovery_factor`` x its baseline p99
     + 50 ms. Sets ``phases.recovered``; returns the last state seen."""
-    base = fm.latency_figures(fm.window(prober.snapshot(), phases.baseline, phases.flood))["p99_s"] or 0.0
+    base = fm.latency_figures(fm.window(prober.snapshot(), phases.baseline, phases.flood)).p99_s or 0.0
     bound = base * profile.apf_recovery_factor + 0.05
 
     def state():

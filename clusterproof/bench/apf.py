@@ -60,7 +60,7 @@ def flood_figures(run, profile) -> dict:
         "rejected_by_flow_schema": {fs: int(v) for fs, v in sorted(per_fs.items())},
         "apiserver_5xx": {"/".join(k): int(v) for k, v in run.server_errors().items()},
         "well_behaved_client": {"flow": f"{run.probe_class[0]} -> {run.probe_class[1]}",
-                                **{phase: fm.latency_figures(run.probe_in(phase))
+                                **{phase: fm.latency_figures(run.probe_in(phase)).to_dict()
                                    for phase in ("baseline", "flood", "recovery")}},
         "seconds_flood_end_to_recovered": (None if run.phases.recovered is None
                                            else round(run.phases.recovered - run.phases.flood_end, 1)),
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
         with flooded(c.api, profile, c.run_id, config, Path(work), common.say, c.namespaces) as run:
             flood = flood_figures(run, profile)
             figures = plots(run, profile)
-        joins = {m: r.figures() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say,
+        joins = {m: r.figures().to_dict() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say,
                                                                    c.namespaces).items()}
         head = common.header(argv, c, profile, "clusterproof.bench.apf")
     result = {

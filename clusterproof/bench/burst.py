@@ -161,7 +161,7 @@ def burst_on_workers(c, profile, ns: str, workers: int, work: Path) -> dict:
     finally:
         for proc in procs:
             stop_group(proc, grace_s=5)
-    f = run.figures
+    f = run.figures.to_dict()
     return {"workers": workers, "create_qps": f["create_qps"], "create_latency_p50_s": f["create_latency_p50_s"],
             "create_latency_p99_s": f["create_latency_p99_s"],
             "create_latency_server_p99_s": f.get("create_latency_server_p99_s"),
@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
             ident = create_load_identity(c.api, ns, run_id, work / f"id-{r}")
             tp = threadpool_burst(c.api, profile, ns, run_id, ident.token_file)
             delete_run_pods(c.api, ns, run_id, timeout=300)
-            runs.append({"locust": {**b.figures, "incomplete": b.incomplete, "interrupted": b.interrupted},
+            runs.append({"locust": {**b.figures.to_dict(), "incomplete": b.incomplete, "interrupted": b.interrupted},
                          "threadpool": tp})
         gang = gang_admission(c, profile, ns, run_id, say)
         # Best of each client, as each run shares two cores with the whole control plane.

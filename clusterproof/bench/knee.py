@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
             run = run_phase(c.api, profile, phase, ns, c.run_id, Path(tmp) / f"step-{i}")
             clear_phase(c.api, ns, c.run_id, phase)
             step = {"rate": rate, "pods": pods, "seconds": round(pods / rate, 1),
-                    **{k: run.figures.get(k) for k in KEEP},
+                    **{k: run.figures.to_dict().get(k) for k in KEEP},
                     "incomplete": run.incomplete, "interrupted": run.interrupted}
             step["slos_hold"] = holds(step, profile)
             steps.append(step)

@@ -38,8 +38,9 @@ from kubernetes import client
 
 from clusterproof.burst.plan import CREATOR_LABEL, HARNESS, PHASE_LABEL, Phase, locust_args, pod_name, rank_pod
 from clusterproof.cluster.realnodes import is_component, pod_on
-from clusterproof.core import progress
+from clusterproof.core import measurement, progress
 from clusterproof.core.locust import LocustResult, Master, lost_line, run_locust
+from clusterproof.core.measurement import measured
 from clusterproof.core.progress import phase as step
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.stats import histogram_quantile, percentile
@@ -90,7 +91,7 @@ class RealNodePods(threading.Thread):
         """The real nodes' kubelet and containerd processes now (a restart in between voids the figures)."""
         return {k: v for k, v in self.kwok.pids().items() if is_component(k)} if self.kwok is not None else {}
 
-    def finish(self, timeout: float) -> dict:
+    def finish(self, timeout: float) -> "RealNodeStartup":
         """Wait for every probe pod to be Ready (bounded), then delete them; their start-up times."""
         self.stop.set()
         self.join(timeout=60)
@@ -106,29 +107,101 @@ class RealNodePods(threading.Thread):
         restarted = sorted(k for k, pid in self.pids_before.items() if after.get(k) != pid)
         void = (f"{', '.join(restarted)} exited or restarted while the real-node pods started: their figures are "
                 "void; why is the control-plane guard's finding") if restarted else None
-        return {"nodes": self.real.names, "planned": len(self.names), "error": self.error, "void": void,
-                "startup_s": {n: startup_server_s(pods.get(n, {})) for n in self.names}}
+        return RealNodeStartup(self.real.names, len(self.names), self.error, void,
+                               {n: startup_server_s(pods.get(n, {})) for n in self.names})
 
 
 @dataclass
-class PhaseRun:
-    """One phase's load and what was measured."""
+class RealNodeStartup:
+    """The real nodes' pods of a phase (``RealNodePods``): each one's start-up by its own timestamps (None: never
+    Ready), and why there are none or why they are void."""
+    nodes: list[str]
+    planned: int
+    error: str | None
+    void: str | None
+    startup_s: dict[str, float | None]
+
+
+@dataclass
+class PhaseFigures(measurement.Typed):
+    """A phase's figures: the load's (locust, client side), the apiserver's histograms over the phase, the pod
+    watch's, the cluster's census of the phase's pods after it, and the distributed load's workers. A check reads
+    them as attributes; ``gather()`` names each by its field (the benches' keys)."""
+    phase: str
+    rate_target_pods_per_s: float | None = measured("pods/s")
+    pods_planned: int = measured("pods")
+    pods_seen: int = measured("pods")
+    pods_bound: int = measured("pods")
+    pods_running: int = measured("pods")
+    create_requests: int = measured("requests")
+    create_failures: int = measured("requests")
+    create_qps: float = measured("pods/s")
+    create_latency_p50_s: float | None = measured("s")
+    create_latency_p99_s: float | None = measured("s")
+    responses_429: int = measured("responses")
+    responses_5xx: int = measured("responses")
+    locust_seconds: float = measured("s")
+    pod_startup_p50_s: float | None = measured("s")
+    pod_startup_p99_s: float | None = measured("s")
+    pod_startup_server_p50_s: float | None = measured("s")
+    pod_startup_server_p99_s: float | None = measured("s")
+    watch_lag_created_p50_s: float | None = measured("s")
+    watch_lag_created_p99_s: float | None = measured("s")
+    watch_lag_running_p50_s: float | None = measured("s")
+    watch_lag_running_p99_s: float | None = measured("s")
+    created_to_bound_p99_s: float | None = measured("s")
+    bound_to_running_p99_s: float | None = measured("s")
+    scheduling_throughput_pods_per_s: float = measured("pods/s")
+    # The apiserver's own histogram between two scrapes (None: the window's end came from another apiserver).
+    create_latency_server_p50_s: float | None = measured("s")
+    create_latency_server_p99_s: float | None = measured("s")
+    create_requests_server: int = measured("requests")
+    bind_latency_server_p50_s: float | None = measured("s")
+    bind_latency_server_p99_s: float | None = measured("s")
+    bind_requests_server: int = measured("requests")
+    jobs: list[dict] = field(default_factory=list)
+    # The phase's pods as the cluster lists them after it (``census``): missing, unplanned, by creator.
+    pods_in_cluster: int = measured("pods", default=0)
+    pods_missing_count: int = measured("pods", default=0)
+    pods_missing: list[str] = field(default_factory=list)
+    pods_unplanned: list[str] = field(default_factory=list)
+    pods_by_creator: dict[str, int] = field(default_factory=dict)
+    # A distributed phase's workers (``workers_figures``); empty and 0 with locust on this machine only.
+    load_workers: list[dict] = field(default_factory=list)
+    load_workers_lost: int = measured("workers", default=0)
+    pods_completed_by_harness: int = measured("pods", default=0)
+    pods_already_existed: int = measured("pods", default=0)
+    harness_creates_refused: int = measured("pods", default=0)
+
+
+@dataclass
+class PhaseRun(measurement.Base):
+    """One phase's load and what was measured (a measurement taken by ``run_phase``, which starts and ends its
+    pod watch around the load: ``Base``'s start and dispose; ``gather()`` is the phase's figures)."""
     phase: Phase
     locust: LocustResult
     pods: list                     # clusterproof.kube.podtimeline.PodTimes
     incomplete: str | None         # why the wait for all pods Running ended early, if it did
-    figures: dict
+    figures: PhaseFigures
     # Why the phase's figures are void, if they are: the API server restarted or the pod watch was cut
     # off during it (times seen late, creates refused, histograms reset). No check judges them then.
     interrupted: str | None = None
     # Pods on the real nodes during the phase (RealNodePods.finish), if the cluster has real nodes.
-    real_nodes: dict | None = None
-    # The phase's pods as the cluster lists them after it (census): by creator, missing, unplanned.
-    census: dict = field(default_factory=dict)
+    real_nodes: RealNodeStartup | None = None
 
     @property
     def planned(self) -> int:
         return self.phase.pods
+
+    def gather(self) -> list[measurement.Figure]:
+        return self.figures.gather()
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The suite's two phases, measured (``clusterproof.fixtures.burst``)."""
+    steady: PhaseRun
+    burst: PhaseRun
 
 
 def schedulable_shared_nodes(api, profile) -> int:
@@ -170,8 +243,8 @@ CREATE = ("POST", "", "pods", "", "resource")            # apimetrics key: verb,
 BIND = ("POST", "", "pods", "binding", "resource")
 
 
-def server_latency(name: str, key: tuple, before: str, after: str | None) -> dict:
-    """p50/p99 of one (verb, resource) pair by the apiserver's own histogram between two scrapes.
+def server_latency(key: tuple, before: str, after: str | None) -> tuple[float | None, float | None, int]:
+    """p50, p99 and the count of one (verb, resource) pair by the apiserver's own histogram between two scrapes.
 
     The Kubernetes API-call SLO is defined on this histogram; next to locust's
     client-side figure it shows how much of a create's latency was spent in
@@ -179,16 +252,18 @@ def server_latency(name: str, key: tuple, before: str, after: str | None) -> dic
     """
     # None: the window's end came from another apiserver (a restart): no figure rather than a wrong one.
     b = apimetrics.delta(apimetrics.histograms(after), apimetrics.histograms(before)).get(key) if after else None
-    return {f"{name}_latency_server_p50_s": round(histogram_quantile(0.50, b), 3) if b else None,
-            f"{name}_latency_server_p99_s": round(histogram_quantile(0.99, b), 3) if b else None,
-            f"{name}_requests_server": int(b[float("inf")]) if b else 0}
+    return (round(histogram_quantile(0.50, b), 3) if b else None, round(histogram_quantile(0.99, b), 3) if b else None,
+            int(b[float("inf")]) if b else 0)
 
 
 def _p(values: list[float], q: float) -> float | None:
     return round(percentile(values, q), 3) if values else None
 
 
-def phase_figures(phase: Phase, result: LocustResult, pods, server: dict) -> dict:
+def phase_figures(phase: Phase, result: LocustResult, pods, create_server: tuple, bind_server: tuple,
+                  census: dict, workers: dict) -> PhaseFigures:
+    """The phase's figures; ``*_server``: ``server_latency``'s, ``census``: ``census``'s, ``workers``:
+    ``workers_figures``'."""
     create = result.stats.get("create pod")
     startup = [p.startup_s for p in pods if p.startup_s is not None]
     startup_server = [p.startup_server_s for p in pods if p.startup_server_s is not None]
@@ -197,28 +272,31 @@ def phase_figures(phase: Phase, result: LocustResult, pods, server: dict) -> dic
     # Where startup time goes: waiting for the scheduler, then the (simulated) kubelet.
     to_bind = [p.bound - p.added for p in pods if p.bound is not None]
     to_run = [p.running - p.bound for p in pods if p.running is not None and p.bound is not None]
-    return {
-        "phase": phase.name, "rate_target_pods_per_s": phase.rate or None,
-        "pods_planned": phase.pods, "pods_seen": len(pods),
-        "pods_bound": sum(p.bound is not None for p in pods),
-        "pods_running": len(startup),
-        "create_requests": create.requests if create else 0,
-        "create_failures": create.failures if create else 0,
-        "create_qps": round(create_window_rate(pods), 1),
-        "create_latency_p50_s": create.p50_s if create else None,
-        "create_latency_p99_s": create.p99_s if create else None,
-        "responses_429": result.count_failures("429"),
-        "responses_5xx": result.count_failures("5"),
-        "locust_seconds": round(result.seconds, 2),
-        "pod_startup_p50_s": _p(startup, 50), "pod_startup_p99_s": _p(startup, 99),
-        "pod_startup_server_p50_s": _p(startup_server, 50), "pod_startup_server_p99_s": _p(startup_server, 99),
-        "watch_lag_created_p50_s": _p(lag_created, 50), "watch_lag_created_p99_s": _p(lag_created, 99),
-        "watch_lag_running_p50_s": _p(lag_running, 50), "watch_lag_running_p99_s": _p(lag_running, 99),
-        "created_to_bound_p99_s": _p(to_bind, 99), "bound_to_running_p99_s": _p(to_run, 99),
-        "scheduling_throughput_pods_per_s": round(scheduling_throughput(pods), 1),
-        **server,
-        "jobs": [asdict(j) for j in job_times(pods)],
-    }
+    return PhaseFigures(
+        phase=phase.name, rate_target_pods_per_s=phase.rate or None,
+        pods_planned=phase.pods, pods_seen=len(pods),
+        pods_bound=sum(p.bound is not None for p in pods),
+        pods_running=len(startup),
+        create_requests=create.requests if create else 0,
+        create_failures=create.failures if create else 0,
+        create_qps=round(create_window_rate(pods), 1),
+        create_latency_p50_s=create.p50_s if create else None,
+        create_latency_p99_s=create.p99_s if create else None,
+        responses_429=result.count_failures("429"),
+        responses_5xx=result.count_failures("5"),
+        locust_seconds=round(result.seconds, 2),
+        pod_startup_p50_s=_p(startup, 50), pod_startup_p99_s=_p(startup, 99),
+        pod_startup_server_p50_s=_p(startup_server, 50), pod_startup_server_p99_s=_p(startup_server, 99),
+        watch_lag_created_p50_s=_p(lag_created, 50), watch_lag_created_p99_s=_p(lag_created, 99),
+        watch_lag_running_p50_s=_p(lag_running, 50), watch_lag_running_p99_s=_p(lag_running, 99),
+        created_to_bound_p99_s=_p(to_bind, 99), bound_to_running_p99_s=_p(to_run, 99),
+        scheduling_throughput_pods_per_s=round(scheduling_throughput(pods), 1),
+        create_latency_server_p50_s=create_server[0], create_latency_server_p99_s=create_server[1],
+        create_requests_server=create_server[2],
+        bind_latency_server_p50_s=bind_server[0], bind_latency_server_p99_s=bind_server[1],
+        bind_requests_server=bind_server[2],
+        jobs=[asdict(j) for j in job_times(pods)],
+        **census, **workers)
 
 
 def complete_lost_shares(api, profile, phase: Phase, namespace: str, run_id: str, result: LocustResult,
@@ -311,16 +389,16 @@ def run_phase(api, profile, phase: Phase, namespace: str, run_id: str, workdir: 
     pods = timeline.snapshot()
     after = apimetrics.scrape_same_replica(api, before)
     # Creates end with locust; binds go on until every pod is bound.
-    server = {**server_latency("create", CREATE, before, after_creates),
-              **server_latency("bind", BIND, before, after)}
+    create_server, bind_server = server_latency(CREATE, before, after_creates), server_latency(BIND, before, after)
     cuts = timeline.interruptions()
     if after_creates is None or after is None:
         cuts.insert(0, apimetrics.restart_note(api, before))
     interrupted = (f"{'; '.join(cuts)} during the {phase.name} phase: its figures are void (creates refused, "
                    "times seen late, the apiserver's histograms reset), so no check judges them; why the API "
                    "server went away is the control-plane guard's finding") if cuts else None
-    figures = {**phase_figures(phase, result, pods, server), **counted, **workers_figures(result, completion)}
-    return PhaseRun(phase, result, pods, incomplete, figures, interrupted, real_pods, counted)
+    figures = phase_figures(phase, result, pods, create_server, bind_server, counted,
+                            workers_figures(result, completion))
+    return PhaseRun(phase, result, pods, incomplete, figures, interrupted, real_pods)
 
 
 def workers_figures(result: LocustResult, completion: dict) -> dict:
@@ -358,7 +436,7 @@ def attach(profile, run: PhaseRun) -> None:
     """A phase's plot (with its data), figures, locust statistics and pod timeline, on the check's own page."""
     name = run.phase.name
     latency_plot(profile, run).attach()
-    allure.attach(json.dumps(run.figures, indent=2), f"{name} phase: figures", allure.attachment_type.JSON)
+    allure.attach(json.dumps(run.figures.to_dict(), indent=2), f"{name} phase: figures", allure.attachment_type.JSON)
     allure.attach.file(str(run.locust.stats_csv), f"{name} phase: locust stats (client side)",
                        allure.attachment_type.CSV)
     if run.locust.workers:

@@ -55,8 +55,9 @@ from clusterproof.kube.sweep import Sweep, sweep
 
 
 @dataclass
-class BringUp:
-    """What happened while the embedded cluster's nodes came up."""
+class BringUp(measurement.Base):
+    """What happened while the embedded cluster's nodes came up: a measurement taken while the session's cluster
+    was built (started and ended by the bring-up itself, so ``Base``'s start and dispose)."""
     nodes: int
     seconds_cluster_start: float
     seconds_create: float

@@ -17,6 +17,11 @@ Two ways to make figures:
   kube-burner's measurement factory) is an object with ``start()``,
   ``gather() -> list[Figure]`` and ``dispose()``; ``measuring(m)`` runs one,
   and a recorder's ``extend(m.gather())`` files its figures under the check.
+  Most domain results are ``Typed``: a dataclass whose figure fields are
+  declared with ``measured(unit)``. A check reads them as attributes
+  (``run.figures.create_qps``), never by a string key, and states its own
+  figure (name, threshold, headline) from them; ``gather()`` hands every
+  one of them on, named by its field, to a bench or an attachment.
 
 ``Figures`` is the run's store of them (one per session, held by the
 report's session object, never a module global). Pure: no pytest, no
@@ -29,7 +34,7 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 LOWER, HIGHER, NONE = "lower", "higher", "none"
 DIRECTIONS = (LOWER, HIGHER, NONE)
@@ -213,6 +218,28 @@ class Base:
 
     def dispose(self) -> None:
         return None
+
+
+UNIT = "clusterproof.unit"     # a dataclass field's metadata key: the field is a figure in this unit
+
+
+def measured(unit: str, **field_args: Any) -> Any:
+    """A field of a ``Typed`` result that is a figure, in ``unit`` (``field_args``: ``dataclasses.field``'s)."""
+    return dataclasses.field(metadata={UNIT: unit}, **field_args)
+
+
+class Typed(Base):
+    """A measurement whose result is a dataclass. Its figure fields (``measured(unit)``) are read as attributes,
+    so a misspelt one fails at once instead of reading None; ``gather()`` gives each as a figure named by its
+    field (a bench's key), other fields (lists, names, notes) are data beside them."""
+
+    def gather(self) -> list[Figure]:
+        return [figure(f.name, getattr(self, f.name), f.metadata[UNIT])
+                for f in dataclasses.fields(self) if UNIT in f.metadata]
+
+    def to_dict(self) -> dict:
+        """Every field, figures and data, as JSON takes it (an attachment, a bench's record)."""
+        return dataclasses.asdict(self)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from typing import Callable
 
 from kubernetes import client
 
+from clusterproof.core import measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.progress import phase
 from clusterproof.core.run import RUN_LABEL, metadata
@@ -163,8 +164,8 @@ def bindings(api: client.ApiClient, ns: str, selector: str = GANG_LABEL) -> dict
 
 
 @dataclass
-class GangState:
-    """How many members of each gang are bound, from one pod list."""
+class GangState(measurement.Base):
+    """How many members of each gang are bound, from one pod list (read at once: ``Base``'s start and dispose)."""
     bound: dict[str, list[str]]      # gang -> bound pod names
     size: dict[str, int]
 
@@ -187,6 +188,12 @@ class GangState:
 
     def __str__(self) -> str:
         return ", ".join(f"gang {g}: {len(b)}/{self.size[g]} bound" for g, b in self.bound.items())
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [f("gangs bound completely", len(self.complete()), "gangs"),
+                f("gangs bound partially", len(self.partial()), "gangs"),
+                f("gangs with no member bound", len(self.empty()), "gangs")]
 
 
 def partial_message(state: GangState, when: str) -> str:

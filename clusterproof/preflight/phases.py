@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.core import measurement
 from clusterproof.core.run import metadata
+from clusterproof.core.stats import percentile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import delete_if_present, list_raw, raw_request
 from clusterproof.kube.informer import Informer
@@ -46,11 +48,24 @@ def _node(run: PreflightRun, name: str) -> dict | None:
 # --- nodes join -----------------------------------------------------------------------------------------
 
 @dataclass
-class JoinOutcome:
+class JoinOutcome(measurement.Base):
+    """Joining nodes decided (``settle_join``, which watches around the join: ``Base``'s start and dispose)."""
     problems: list[str] = field(default_factory=list)
     decided_s: dict[str, float] = field(default_factory=dict)    # node -> join seen -> decision seen
     quarantine_s: list[float] = field(default_factory=list)
     release_s: list[float] = field(default_factory=list)
+
+    def quarantine_p(self, q: float) -> float:
+        return percentile(self.quarantine_s, q)
+
+    @property
+    def release_p99_s(self) -> float:
+        return percentile(self.release_s, 99)
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [f("quarantine_p50_s", self.quarantine_p(50), "s"), f("quarantine_p99_s", self.quarantine_p(99), "s"),
+                f("release_p99_s", self.release_p99_s, "s"), f("problems", len(self.problems), "")]
 
 
 def settle_join(api: client.ApiClient, run: PreflightRun, bound: float) -> JoinOutcome:
@@ -147,7 +162,8 @@ def drained(api: client.ApiClient, node: str) -> bool:
 
 
 @dataclass
-class InServiceOutcome:
+class InServiceOutcome(measurement.Base):
+    """Nodes going bad in service, remediated (``go_bad_in_service``: ``Base``'s start and dispose)."""
     victims: dict[str, str] = field(default_factory=dict)      # node -> fault kind
     problems: list[str] = field(default_factory=list)
     cordon_s: list[float] = field(default_factory=list)        # fault (or freed slot) -> cordoned (watch)
@@ -156,6 +172,20 @@ class InServiceOutcome:
     most_out: int = 0
     fewest_ready: int | None = None
     replicas: int = 0
+
+    @property
+    def cordon_p99_s(self) -> float:
+        return percentile(self.cordon_s, 99)
+
+    @property
+    def drained_p99_s(self) -> float:
+        return percentile(self.drained_s, 99)
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [f("most_out", self.most_out, "nodes"), f("cordon_p99_s", self.cordon_p99_s, "s"),
+                f("drained_p99_s", self.drained_p99_s, "s"), f("fewest_ready", self.fewest_ready, "pods"),
+                f("problems", len(self.problems), "")]
 
 
 def go_bad_in_service(api: client.ApiClient, run: PreflightRun, profile, ns: str, run_id: str) -> InServiceOutcome:

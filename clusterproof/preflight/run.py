@@ -35,8 +35,9 @@ from pathlib import Path
 import allure
 
 from clusterproof import IMPORT_ROOT as ROOT
-from clusterproof.core import progress
+from clusterproof.core import measurement, progress
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.measurement import measured
 from clusterproof.core.processes import (
     elsewhere_note,
     last_words,
@@ -87,6 +88,29 @@ def describe_agent(kind: str) -> str:
 
 
 @dataclass
+class AgentStatus(measurement.Typed):
+    """What the reference agent reports of its own work (its status file): the checks it ran and their time, and
+    what its drains' evictions were answered."""
+    checks: int = measured("checks", default=0)
+    check_seconds: float = measured("s", default=0.0)
+    evictions_refused_429: int = measured("evictions", default=0)     # by a PodDisruptionBudget (retried)
+    evictions_conflict_504: int = measured("evictions", default=0)    # PDB update conflicts (retried)
+
+    @classmethod
+    def of(cls, status: dict) -> "AgentStatus | None":
+        """From the agent's status file (None: not written yet, or unreadable)."""
+        if not status:
+            return None
+        drains = (status.get("drains") or {}).values()
+        return cls(status.get("checks", 0), status.get("check_seconds", 0.0),
+                   sum(d["refused_429"] for d in drains), sum(d.get("conflicts_504", 0) for d in drains))
+
+    @property
+    def check_ms_per_node(self) -> float | None:
+        return 1000 * self.check_seconds / self.checks if self.checks else None
+
+
+@dataclass
 class AgentProcess:
     """The reference agent, a process of its own (its own process group; dies with the harness)."""
     proc: subprocess.Popen
@@ -98,6 +122,10 @@ class AgentProcess:
             return json.loads(self.status_path.read_text())
         except (OSError, ValueError):
             return {}
+
+    def counts(self) -> AgentStatus | None:
+        """Its status as figures (None: no status yet)."""
+        return AgentStatus.of(self.status())
 
     def alive(self) -> None:
         """Raise (one line, with its last log line) if the agent is gone."""

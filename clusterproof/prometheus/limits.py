@@ -46,6 +46,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from clusterproof.core import measurement
 from clusterproof.prometheus.client import Answer, Prom
 from clusterproof.prometheus.history import node_names
 from clusterproof.prometheus.queries import (
@@ -201,8 +202,13 @@ def too_light(target, profile, selected_series: int) -> str:
             "(no --cp-prometheus-url)")
 
 
+MIB = 1 << 20
+
+
 @dataclass
-class Pathological:
+class Pathological(measurement.Base):
+    """The pathological queries against the limits, measured by ``run_pathological`` (which starts and stops its
+    RSS sampler around them: ``Base``'s start and dispose)."""
     seed: dict[str, Sent]           # each seed query, sized to the history (``sized_to_the_timeout``)
     request_timeout: Sent           # the seed quantile as sized, asking for a timeout far above the limit
     max_samples: Sent
@@ -223,6 +229,21 @@ class Pathological:
     @property
     def idle(self) -> float:
         return max(self.idle_process or 0, self.idle_metric or 0)
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [f(f"seed {name}: elapsed", s.answer.elapsed_s, "s") for name, s in self.seed.items()] + [
+            f("request timeout far above the limit: elapsed", self.request_timeout.answer.elapsed_s, "s"),
+            f("max-samples query: elapsed", self.max_samples.answer.elapsed_s, "s"),
+            f("series with a limit: returned", self.series_limited_count, "series"),
+            f("burst: queries sent at once", len(self.burst), "queries"),
+            f("burst: time in the query queue", self.burst_queue_s, "s"),
+            f("burst: slowest answer", max((a.elapsed_s for a in self.burst), default=None), "s"),
+            f("idle RSS (process)", (self.idle_process or 0) / MIB, "MiB"),
+            f("idle RSS (process_resident_memory_bytes)", (self.idle_metric or 0) / MIB, "MiB"),
+            f("peak RSS (process)", self.rss.process_peak / MIB, "MiB"),
+            f("peak RSS (process_resident_memory_bytes)", self.rss.metric_peak / MIB, "MiB"),
+            f("count(up) right after: elapsed", self.cheap_after.elapsed_s, "s")]
 
 
 def window(target, profile) -> tuple[float, int]:
@@ -313,11 +334,17 @@ def run_pathological(target, profile, burst_factor: int = 3, wait: float | None 
 
 
 @dataclass
-class Unbounded:
+class Unbounded(measurement.Base):
+    """The seed's unlimited series request (``series_unbounded`` samples RSS around it)."""
     answer: Answer
     series: int
     idle: float
     peak: float
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [f("series returned", self.series, "series"), f("answer size", self.answer.nbytes / MIB, "MiB"),
+                f("elapsed", self.answer.elapsed_s, "s"), f("RSS growth", (self.peak - self.idle) / MIB, "MiB")]
 
 
 def series_unbounded(target, wait: float = 600.0) -> Unbounded:
@@ -330,13 +357,20 @@ def series_unbounded(target, wait: float = 600.0) -> Unbounded:
 
 
 @dataclass
-class Scrapes:
-    """Per job: the largest gap between successive ``up`` samples in a window, and failed scrapes."""
+class Scrapes(measurement.Base):
+    """Per job: the largest gap between successive ``up`` samples in a window, and failed scrapes (read after the
+    window from what Prometheus stored: nothing to start or dispose of)."""
     interval_s: dict[str, float] = field(default_factory=dict)
     max_gap_s: dict[str, float] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     samples: dict[str, int] = field(default_factory=dict)
     answer: Answer | None = None
+
+    def gather(self) -> list[measurement.Figure]:
+        f = measurement.figure
+        return [g for job, gap in self.max_gap_s.items()
+                for g in (f(f"{job}: longest gap between scrapes", gap, "s"),
+                          f(f"{job}: failed scrapes", self.failed.get(job, 0), "scrapes"))]
 
 
 def scrapes(prom: Prom, t_start: float, t_end: float, interval_s: float | None, before_s: float = 60) -> Scrapes:

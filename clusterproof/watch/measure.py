@@ -29,6 +29,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterproof.cluster.realnodes import REAL_NODE_LABEL
+from clusterproof.core import measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.progress import heartbeat, phase
 from clusterproof.core.run import SCRATCH_LABEL
@@ -78,7 +79,9 @@ class SizeRun:
 
 
 @dataclass
-class WatchRun:
+class WatchRun(measurement.Base):
+    """The watch-bandwidth measurement at every size (``run_all`` starts and stops its watchers around each
+    size's churn: ``Base``'s start and dispose); ``gather()`` is what each group of watchers received."""
     target: Target
     nodes: int                                 # nodes of the cluster (the projection's watchers)
     pool_nodes: int
@@ -89,6 +92,23 @@ class WatchRun:
     deleted: int = 0
     delete_s: float = 0.0
     error: str | None = None                   # why the measurement stopped early
+
+    def gather(self) -> list[measurement.Figure]:
+        """Per size and group of watchers (an API, an encoding): bytes per watcher and per endpoint change, the
+        fullest and largest event, the watchers lost; per API, how far the harness's count is from the apiserver's."""
+        f, out = measurement.figure, []
+        for s in self.sizes:
+            at = f"{s.size or sum(s.slice_sizes)} endpoints"
+            for g in s.groups.values():
+                on = f"{g.name}, {at}"
+                out += [f(f"bytes per watcher, {on}", g.bytes_per_watcher, "B"),
+                        f(f"bytes per endpoint change per watcher, {on}", g.bytes_per_change, "B"),
+                        f(f"most endpoints in one event, {on}", g.max_endpoints, "endpoints"),
+                        f(f"largest event, {on}", g.largest_event, "B"),
+                        f(f"watchers closed early, {on}", len(g.dropped), "watchers")]
+            out += [f(f"{api} watch bytes, harness vs apiserver, {at}", a.relative_difference, "relative difference")
+                    for api, a in s.agreements.items()]
+        return out
 
 
 # --- the apiserver's side ---------------------------------------------------------------------
