@@ -1,8 +1,9 @@
 """The docs an SRE navigates stay true: generated tables, the runbook, the links, the README's size.
 
 - Every figures table in ``docs/`` between ``bench-tables`` markers is what ``clusterproof
-  bench-tables`` prints from ``reports/bench/*.json`` (negative control: a copy of the bench JSON
-  with one figure changed makes the comparison fail, naming the page, the table and both lines).
+  bench-tables`` prints from the figures of ``reports/bench/*.json`` (negative control: a copy of the
+  bench JSON with one figure changed makes the comparison fail, naming the page, the table and both
+  lines).
 - ``docs/triage.md`` has exactly one entry per Allure category (``clusterproof.report.allure``
   ``CATEGORIES``, by unique name); negative control: a category added or removed is named.
 - Every relative link in the README and in ``docs/`` resolves to a file of the checkout (and its
@@ -51,6 +52,14 @@ def test_every_bench_file_is_rendered_in_the_benchmarks_page():
         assert f"reports/bench/{path.name}" in text, f"docs/benchmarks.md shows nothing of {path}"
 
 
+def _set_figure(name: str, value: float):
+    """A change to a bench file: the figure ``name`` gets ``value``."""
+    def change(d: dict) -> None:
+        [f] = [f for f in d["figures"] if f["name"] == name]
+        f["value"] = value
+    return change
+
+
 def _copy_with(tmp_path, name: str, change) -> tuple:
     """A copy of docs/ and reports/bench/ with ``change`` applied to reports/bench/<name>."""
     bench, docs = tmp_path / "bench", tmp_path / "docs"
@@ -65,7 +74,7 @@ def _copy_with(tmp_path, name: str, change) -> tuple:
 def test_a_changed_figure_makes_the_comparison_fail(tmp_path):
     """Negative control: burst.json's create rate 161.7 -> 99.9 pods/s in a copy; the committed
     pages (copied) no longer match, and the message names the page, the table, both lines and the fix."""
-    docs, bench = _copy_with(tmp_path, "burst.json", lambda d: d.update(create_qps=99.9))
+    docs, bench = _copy_with(tmp_path, "burst.json", _set_figure("create_qps", 99.9))
     problems = benchtables.stale(docs, bench)
     text = "\n".join(problems)
     assert problems, "a changed figure went unnoticed"
@@ -85,7 +94,7 @@ def test_the_command_checks_and_prints(tmp_path):
                               cwd=CHECKOUT, capture_output=True, text=True, timeout=120)
     ok = cli("--check")
     assert ok.returncode == 0, ok.stderr
-    docs, bench = _copy_with(tmp_path, "knee.json", lambda d: d["steps"][0].update(create_latency_server_p99_s=0.5))
+    docs, bench = _copy_with(tmp_path, "knee.json", _set_figure("create_latency_server_p99_s[10 pods/s]", 0.5))
     stale = cli("--check", "--docs-dir", str(docs), "--bench-dir", str(bench))
     assert stale.returncode == 1 and "table 'knee' differs" in stale.stderr and "0.5 s" in stale.stderr, stale.stderr
     printed = cli("burst")
@@ -94,25 +103,27 @@ def test_the_command_checks_and_prints(tmp_path):
     assert bad.returncode == 4 and bad.stderr.count("\n") == 1 and "no bench table named no-such-table" in bad.stderr
 
 
-def test_a_bench_file_of_an_unknown_shape_still_gets_a_table(tmp_path):
-    """A new bench writing ``"figures"`` (bench.common.write) gets a table of them; anything else a table of
-    its top-level numbers; a page's marker for a table that does not exist is named."""
+def test_a_bench_file_no_table_names_still_gets_a_table_and_one_without_figures_is_refused(tmp_path):
+    """A new bench's file (``bench.common.write``'s shape) that no table names gets a table of all its figures;
+    a file without figures is one line naming it; a page's marker for a table that does not exist is named."""
+    from clusterproof.core.measurement import Figure
+    figs = [Figure.of("bench new", "time to x", 1.5, "s", 2.0), Figure.of("bench new", "rss", 2 ** 31, "B")]
     (tmp_path / "new.json").write_text(json.dumps({
         "command": "python -m clusterproof.bench.new --cp-profile smoke", "date": "2026-11-26T01:02:03Z",
-        "figures": {"x": {"name": "time to x", "value": 1.5, "unit": "s", "threshold": 2.0, "op": "<=",
-                          "verdict": "within"}}}))
-    (tmp_path / "odd.json").write_text(json.dumps({"measured_at": "2026-11-26T01:02:03+00:00",
-                                                   "peak_rss_bytes": 2 ** 31, "seconds_to_done": 3.25}))
+        "figures": [f.to_json() for f in figs], "data": {"raw": [1, 2, 3]}}))
     bl = benchtables.blocks(tmp_path)
-    assert "| time to x | 1.5 s | <= 2 s | within |" in bl["new"], bl["new"]
+    assert "| time to x | 1.5 s | ≤ 2 s | within |" in bl["new"], bl["new"]
+    assert "| rss | 2.00 GiB |  |  |" in bl["new"], bl["new"]
     assert "`python -m clusterproof.bench.new --cp-profile smoke`" in bl["new"] and "2026-11-26 01:02 UTC" in bl["new"]
-    assert "| `peak_rss_bytes` | 2.00 GiB |" in bl["odd"] and "| `seconds_to_done` | 3.25 s |" in bl["odd"], bl["odd"]
     page = tmp_path / "docs"
     page.mkdir()
     (page / "benchmarks.md").write_text("<!-- bench-tables: gone -->\nold\n<!-- /bench-tables: gone -->\n")
     problems = benchtables.stale(page, tmp_path)
     assert any("marker bench-tables: gone names no bench table" in p for p in problems), problems
     assert any("no table 'new'" in p for p in problems), problems
+    (tmp_path / "odd.json").write_text(json.dumps({"measured_at": "2026-11-26T01:02:03+00:00", "seconds": 3.25}))
+    with pytest.raises(benchtables.BenchTablesError, match=r"odd.json: no \"figures\" list"):
+        benchtables.blocks(tmp_path)
 
 
 # ---- the runbook ------------------------------------------------------------------------------------

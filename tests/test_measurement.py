@@ -112,14 +112,14 @@ def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_d
                                                     ("suites/t.py::a :: nodes", "gone")]
 
 
-def test_a_bench_writes_its_figures_flat_under_their_names_and_typed_under_figures(tmp_path):
+def test_a_bench_writes_its_context_its_typed_figures_and_its_data(tmp_path):
     from clusterproof.bench import common
     figs = [common.figure("burst", "create_qps", 12, "pods/s"), common.figure("burst", "pod_startup_p99_s", 1.5, "s")]
-    common.write(tmp_path / "b.json", {"profile": "smoke", **common.values(figs)}, figs)
-    data = json.loads((tmp_path / "b.json").read_text())
-    assert data["create_qps"] == 12.0 and data["pod_startup_p99_s"] == 1.5     # the shape readers know
-    assert Figure.from_json(data["figures"]["create_qps"]) == figs[0]
-    assert data["figures"]["pod_startup_p99_s"]["better"] == "lower"
+    common.write(tmp_path / "b.json", {"profile": "smoke"}, figs, {"runs": [{"create_qps": 12}]})
+    written = json.loads((tmp_path / "b.json").read_text())
+    assert written["profile"] == "smoke" and written["data"] == {"runs": [{"create_qps": 12}]}
+    assert [Figure.from_json(f) for f in written["figures"]] == figs
+    assert written["figures"][1]["better"] == "lower" and written["figures"][0]["check"] == "bench burst"
 
 
 def _node_calls(get_counts: tuple[int, int], patch_counts: tuple[int, int]) -> str:

@@ -8,13 +8,22 @@ way for every bench; and a bench must leave nothing behind, like a suite.
     profile = common.load(args)                # one line + exit 2 on bad input
     with common.cluster(args, profile) as c, common.namespace(c, "knee") as ns:
         ...
-    figs = [common.figure("knee", "knee_pods_per_s", 42.0, "pods/s"), ...]
-    common.write(args.out, {**common.header(argv, c, profile), **common.values(figs), ...}, figs)
+    data = {"steps": [...]}                       # what the bench measured, as it keeps it (plots read it)
+    common.write(args.out, common.header(argv, c, profile, MODULE), figures(data), data)
 
-A bench's figures are ``clusterproof.core.measurement.Figure``s, as a suite's are:
-``write`` keeps each figure's value under its own name at the top level (the
-shape readers of ``reports/bench/*.json`` know) and adds them all, with unit,
-direction and threshold, under ``"figures"``.
+Every bench writes one shape (``write``): its context (``header``: command,
+date, machine, versions, profile, cluster; and its settings), its
+``figures`` -- a list of ``clusterproof.core.measurement.Figure``s in
+``Figure.to_json()``'s shape, as a suite's figures are in summary.json --
+and ``data``, the raw measurements the bench keeps for its plots and for
+whoever wants more than the figures. A bench derives its figures from its
+data with one pure function (``figures(data)``), so a file written before a
+figure existed can be given it from the data it holds. The docs' tables
+(``clusterproof.report.benchtables``) read only the figures and the context.
+
+A figure's name may carry a qualifier in brackets, ``create_qps[2 workers]``:
+the same measure at one step of a sweep, one size, one mode (a table puts
+the qualifiers side by side as columns).
 """
 from __future__ import annotations
 
@@ -137,21 +146,25 @@ def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module
 
 
 def figure(bench: str, name: str, value, unit: str, threshold: float | None = None, op: str = "<=",
-           better: str | None = None) -> Figure:
+           better: str | None = None, headline: bool = False) -> Figure:
     """One figure of a bench (its check is the bench's name, e.g. ``bench burst``)."""
-    return Figure.of(f"bench {bench}", name, value, unit, threshold, op, better)
+    return Figure.of(f"bench {bench}", name, value, unit, threshold, op, better, headline)
 
 
-def values(figures: Iterable[Figure]) -> dict:
-    """Each figure's value under its own name: the bench JSON's top-level keys."""
-    return {f.name: f.value for f in figures}
+def qualified(name: str, qualifier) -> str:
+    """``name[qualifier]``: one measure at one step, size or mode of a bench."""
+    return f"{name}[{qualifier}]"
 
 
-def write(path: Path, result: dict, figures: Iterable[Figure] = ()) -> None:
-    """The bench's JSON; ``figures`` also go under ``"figures"`` (name -> the figure, as in summary.json)."""
-    figures = list(figures)
-    if figures:
-        result = {**result, "figures": {f.name: f.to_json() for f in figures}}
+def shaped(context: dict, figures: Iterable[Figure], data: dict) -> dict:
+    """The one shape of a bench's JSON: context, ``figures`` (``Figure.to_json()`` each), ``data``."""
+    return {**context, "figures": [f.to_json() for f in figures], "data": data}
+
+
+def write(path: Path, context: dict, figures: Iterable[Figure], data: dict) -> None:
+    """The bench's JSON, in the shape every bench writes (``shaped``). Written even without a figure (an
+    hour's measurement is not thrown away), but said: the docs' tables cannot read such a file."""
+    result = shaped(context, figures, data)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    say(f"wrote {path}")
+    say(f"wrote {path}" + ("" if result["figures"] else " WITHOUT FIGURES: its figures(data) found none in the data"))

@@ -36,6 +36,29 @@ def holds(step: dict, profile) -> bool:
             and create <= profile.slo_mutating_p99_s and startup <= profile.slo_pod_startup_p99_s)
 
 
+# Each step's figures and their units (the step's own: qualified by its rate).
+UNITS = {"pods": "pods", "create_qps": "pods/s", "create_latency_server_p99_s": "s", "create_latency_p99_s": "s",
+         "pod_startup_server_p50_s": "s", "pod_startup_server_p99_s": "s", "pod_startup_p99_s": "s",
+         "watch_lag_created_p99_s": "s", "watch_lag_running_p99_s": "s", "created_to_bound_p99_s": "s",
+         "scheduling_throughput_pods_per_s": "pods/s", "pods_running": "pods", "responses_429": "responses",
+         "slos_hold": "bool"}
+
+
+def figures(data: dict) -> list[common.Figure]:
+    """The knee, and each step's figures qualified by its rate (``create_latency_server_p99_s[40 pods/s]``);
+    the two p99s the knee is judged on carry their SLO as threshold."""
+    slos = data.get("slos") or {}
+    bound = {"create_latency_server_p99_s": slos.get("mutating_p99_s"),
+             "pod_startup_server_p99_s": slos.get("pod_startup_p99_s")}
+    out = [common.figure("knee", "knee_pods_per_s", data.get("knee_pods_per_s"), "pods/s", headline=True)]
+    for s in data.get("steps") or []:
+        for key, unit in UNITS.items():
+            if key in s:
+                out.append(common.figure("knee", common.qualified(key, f"{s['rate']:g} pods/s"), s[key], unit,
+                                         bound.get(key)))
+    return out
+
+
 def plot(steps: list[dict], profile, seconds: float) -> Figure:
     def line(label, key):
         return Series(label, [(s["rate"], s[key]) for s in steps if s.get(key) is not None], style="line")
@@ -83,17 +106,16 @@ def main(argv: list[str]) -> int:
                 break
         head = common.header(argv, c, profile, "clusterproof.bench.knee")
     held = [s["rate"] for s in steps if s["slos_hold"]]
-    result = {
-        **head,
+    data = {
         "slos": {"mutating_p99_s": profile.slo_mutating_p99_s, "pod_startup_p99_s": profile.slo_pod_startup_p99_s},
         "knee_pods_per_s": max(held) if held else None,
         "knee_means": "the highest step rate at which pod-create p99 (apiserver histogram) and pod-startup p99 "
                       "(creationTimestamp -> Ready) both held, every pod Running",
         "steps": steps,
     }
-    common.write(args.out, result)
+    common.write(args.out, head, figures(data), data)
     args.out.with_suffix(".png").write_bytes(plot(steps, profile, args.seconds).png())
-    common.say(f"knee {result['knee_pods_per_s']} pods/s; plot {args.out.with_suffix('.png')}")
+    common.say(f"knee {data['knee_pods_per_s']} pods/s; plot {args.out.with_suffix('.png')}")
     return 0
 
 

@@ -88,6 +88,36 @@ def dist(values: list[float]) -> dict:
             "max_s": round(max(values), 2) if values else None}
 
 
+def figures(data: dict) -> list[common.Figure]:
+    """The checker's cost, the join's and the in-service phase's figures (each time distribution as its p50,
+    p99 and count: ``join_to_quarantine_p99_s``, ``join_to_quarantine_n``), and their API load."""
+    f = lambda name, value, unit: common.figure("preflight", name, value, unit)  # noqa: E731
+    c, j, s = data.get("checker") or {}, data.get("join") or {}, data.get("in_service") or {}
+    out = [f(f"checker_{k}", c.get(k), unit) for k, unit in (
+        ("machines", "machines"), ("faulty", "machines"), ("one_process_s", "s"), ("per_machine_ms", "ms"),
+        ("wrong_verdicts", "verdicts"), ("process_per_machine_s", "s"), ("process_per_machine_sample", "machines"),
+        ("process_per_machine_projected_s", "s"))]
+    out += [f(f"join_{k}", j.get(k), unit) for k, unit in (
+        ("nodes", "nodes"), ("faulty", "nodes"), ("created_and_ready_s", "s"), ("all_decided_s", "s"),
+        ("agent_requests_per_decided_node", "requests"), ("agent_check_ms", "ms"))]
+    out += [f("join_fault_kinds", len(j.get("fault_kinds") or []), "kinds"),
+            f("join_apiserver_requests", (j.get("apiserver_requests") or {}).get("total"), "requests")]
+    out += [f(f"in_service_{k}", s.get(k), unit) for k, unit in (
+        ("faults", "nodes"), ("cap", "nodes"), ("most_out_at_once", "nodes"), ("replicas_under_pdb", "pods"),
+        ("fewest_ready", "pods"), ("evictions_refused_429", "evictions"),
+        ("agent_requests_per_remediated_node", "requests"), ("sweep_nodes_last", "nodes"), ("sweep_s_last", "s"))]
+    out += [f(common.qualified("in_service_wave_nodes", i), n, "nodes") for i, n in enumerate(s.get("waves") or [], 1)]
+    out.append(f("in_service_apiserver_requests", (s.get("apiserver_requests") or {}).get("total"), "requests"))
+    for phase, name, key in (("join", "join_to_quarantine", "time_to_quarantine"),
+                             ("join", "join_to_release", "time_to_release"),
+                             ("in_service", "fault_to_cordoned", "time_to_cordon"),
+                             ("in_service", "fault_to_drained", "time_to_drained")):
+        d = (data.get(phase) or {}).get(key) or {}
+        out += [f(f"{name}_p50_s", d.get("p50_s"), "s"), f(f"{name}_p99_s", d.get("p99_s"), "s"),
+                f(f"{name}_n", d.get("n"), "nodes")]
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = common.parser(__doc__, "smoke", "preflight.json")
     ap.add_argument("--machines", type=int, default=7500, help="simulated machines for the checker's own cost")
@@ -127,8 +157,8 @@ def main(argv: list[str]) -> int:
         join_agent = agent_delta(s1["requests"], {})
         ins_agent = agent_delta(s2["requests"], s1["requests"])
         sweeps = s2.get("sweeps") or []
-        result = {
-            **common.header(argv, c, profile, "clusterproof.bench.preflight"),
+        head = common.header(argv, c, profile, "clusterproof.bench.preflight")
+        data = {
             "gpus": "simulated: go-nvml mock DGX H100 machines through the project's libnvidia-ml.so.1 (real pynvml)",
             "checker": cost,
             "join": {**joined, "xid_window_ms": profile.preflight_xid_window_ms,
@@ -157,7 +187,7 @@ def main(argv: list[str]) -> int:
                            "apiserver_requests": delta(m2, m1)},
             "decision_s_per_node": {n: round(t, 3) for n, t in sorted(join.decided_s.items())},
         }
-    common.write(args.out, result)
+    common.write(args.out, head, figures(data), data)
     order = {n: i for i, n in enumerate(run.names)}
     faulty_at_join = {n for n in run.names if run.plan.get(n) in FAULTS and n not in ins.victims}
     fig = Figure(f"GPU preflight: join to decision, {len(run.names)} joining nodes ({profile.nodes}-node cluster)",
@@ -168,8 +198,8 @@ def main(argv: list[str]) -> int:
                  {f"bound (preflight_quarantine_timeout_s = {profile.preflight_quarantine_timeout_s} s)":
                   profile.preflight_quarantine_timeout_s})
     args.out.with_suffix(".png").write_bytes(fig.png())
-    say(f"quarantine p99 {result['join']['time_to_quarantine']['p99_s']} s, release p99 "
-        f"{result['join']['time_to_release']['p99_s']} s, agent {join_agent['total']} requests for {decided} nodes")
+    say(f"quarantine p99 {data['join']['time_to_quarantine']['p99_s']} s, release p99 "
+        f"{data['join']['time_to_release']['p99_s']} s, agent {join_agent['total']} requests for {decided} nodes")
     return 0
 
 

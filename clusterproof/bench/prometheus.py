@@ -203,6 +203,73 @@ def _replay_times(log: Path, offset: int) -> dict:
     return out
 
 
+# The answers the bench keeps of each Prometheus (with and without limits) and what each figure of one is.
+ANSWERS = (("seed_histogram_quantile", ("seed", "histogram-quantile")), ("seed_long_range", ("seed", "long-range")),
+           ("request_timeout", ("request_timeout",)), ("max_samples", ("max_samples",)),
+           ("series_limited", ("series_limited",)), ("series_unbounded", ("series_unbounded",)),
+           ("cheap_after", ("cheap_after",)))
+ANSWER_UNITS = {"status": "", "elapsed_s": "s", "samples_read": "samples", "peak_samples": "samples",
+                "series": "series", "bytes": "B", "idle_rss_bytes": "B", "peak_rss_bytes": "B"}
+SERVERS = (("with_limits", "with limits"), ("without_limits", "without limits"))
+
+
+def _flag_figures(flags: list[str]) -> dict[str, float | None]:
+    """The limits a Prometheus ran with, from its flags (``--query.timeout=2s`` ...)."""
+    given = dict(f.removeprefix("--").split("=", 1) for f in flags if "=" in f)
+    timeout = given.get("query.timeout")
+    return {"query_timeout_s": go_duration_s(timeout) if timeout else None,
+            "query_max_samples": given.get("query.max-samples"),
+            "query_max_concurrency": given.get("query.max-concurrency")}
+
+
+def figures(data: dict) -> list[common.Figure]:
+    """The history's shape; per Prometheus (qualified ``[with limits]`` / ``[without limits]``) its limits, each
+    pathological query's answer (status, seconds, samples), the burst, RSS; the WAL replay per GOMAXPROCS."""
+    f = lambda name, value, unit: common.figure("prometheus", name, value, unit)  # noqa: E731
+    q = common.qualified
+    h = data.get("history") or {}
+    out = [f(f"history_{k}", h.get(k), unit) for k, unit in (
+        ("nodes", "nodes"), ("series", "series"), ("bucket_series", "series"), ("samples", "samples"),
+        ("minutes", "min"), ("interval_s", "s"), ("build_s", "s")) if k in h]
+    for key, label in SERVERS:
+        m = data.get(key)
+        if not m:
+            continue
+        limits = _flag_figures(m.get("flags") or [])
+        out += [f(q(k, label), v, "s" if k.endswith("_s") else "") for k, v in limits.items()]
+        for name, path in ANSWERS:
+            a = m
+            for p in path:
+                a = (a or {}).get(p)
+            if not a:
+                continue
+            out += [f(q(f"{name}_{k}", label), a[k], unit) for k, unit in ANSWER_UNITS.items() if k in a]
+            if a.get("asked"):
+                out.append(f(q(f"{name}_asked_s", label), go_duration_s(a["asked"]), "s"))
+        b = m.get("burst") or {}
+        if b:
+            el = [x["elapsed_s"] for x in b.get("answers") or [] if x.get("elapsed_s") is not None]
+            st = {x.get("status") for x in b.get("answers") or []}
+            out += [f(q("burst_queries", label), b.get("queries"), "queries"),
+                    f(q("burst_status", label), st.pop() if len(st) == 1 else None, ""),
+                    f(q("burst_elapsed_min_s", label), min(el) if el else None, "s"),
+                    f(q("burst_elapsed_max_s", label), max(el) if el else None, "s"),
+                    f(q("burst_queue_s", label), b.get("queue_seconds"), "s")]
+        out += [f(q(k, label), m[k], "B") for k in ("idle_rss_bytes", "peak_rss_bytes", "limit_bound_bytes",
+                                                   "memory_bound_bytes") if m.get(k) is not None]
+    w = data.get("wal_replay") or {}
+    if w:
+        out += [f("wal_series", w.get("series"), "series"), f("wal_scrapes", w.get("scrapes"), "scrapes"),
+                f("wal_bytes", w.get("wal_bytes"), "B")]
+        for key, stats in w.items():
+            for measure in ("wal_replay_duration_s", "ready_s"):
+                if key.startswith(f"{measure}_gomaxprocs_"):
+                    procs = key.rsplit("_", 1)[1]
+                    out += [f(q(f"{measure.removesuffix('_s')}_{stat}_s", f"GOMAXPROCS={procs}"), stats.get(stat), "s")
+                            for stat in ("min", "median", "max")]
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = common.parser(__doc__, "nightly", "prometheus.json")
     ap.add_argument("--memory-bound-gib", type=float, default=8.0)
@@ -223,7 +290,7 @@ def main(argv: list[str]) -> int:
     except HarnessError as e:
         raise common.fail(e) from None
     work = own_directory(f"bench-{new_run_id()}")
-    result: dict = {
+    data: dict = {
         "history": {**dataclasses.asdict(history.shape), "series": history.series,
                     "bucket_series": history.bucket_series, "samples": history.samples,
                     "build_s": round(history.build_s, 1), "was_cached": history.cached,
@@ -232,21 +299,20 @@ def main(argv: list[str]) -> int:
     }
     try:
         if not args.skip_queries:
-            result["with_limits"] = queries(history, profile, Limits.of(profile), work / "limited", None)
-            result["without_limits"] = queries(history, profile, UNLIMITED, work / "unlimited",
+            data["with_limits"] = queries(history, profile, Limits.of(profile), work / "limited", None)
+            data["without_limits"] = queries(history, profile, UNLIMITED, work / "unlimited",
                                                int(args.memory_bound_gib * GIB), wait=args.unlimited_wait_s)
         if not args.skip_wal:
-            result["wal_replay"] = wal_replay(profile, work / "wal", args.wal_series, args.wal_scrapes,
+            data["wal_replay"] = wal_replay(profile, work / "wal", args.wal_series, args.wal_scrapes,
                                               args.wal_interval_s, args.rounds)
     except HarnessError as e:
         raise common.fail(e) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {**common.header(argv, None, profile, "clusterproof.bench.prometheus"), "overrides": args.overrides,
-              "prometheus": {"release": toolchain.prometheus_release(), "module": toolchain.PROMETHEUS_VERSION},
-              **result}
-    common.write(args.out, result)
-    print(json.dumps(result, indent=2))
+    head = {**common.header(argv, None, profile, "clusterproof.bench.prometheus"), "overrides": args.overrides,
+            "prometheus": {"release": toolchain.prometheus_release(), "module": toolchain.PROMETHEUS_VERSION}}
+    common.write(args.out, head, figures(data), data)
+    print(json.dumps(data, indent=2))
     return 0
 
 

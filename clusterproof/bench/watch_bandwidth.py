@@ -70,6 +70,51 @@ def capacity_step(api, profile, target, svc, watchers: int, apiserver: list[int]
     }
 
 
+GROUPS = ("endpointslices/protobuf", "endpointslices/json", "endpoints/protobuf", "endpoints/json")
+
+
+def figures(data: dict) -> list[common.Figure]:
+    """Per size (qualified ``[1,000 endpoints]``): bytes per churn change per watcher of each API and encoding,
+    the Endpoints/EndpointSlice ratio, the harness's largest difference from the apiserver's own count,
+    whether Endpoints was truncated; the projection (``projected_egress <series>[7,500 nodes]``); each step of
+    the watcher sweep (``[400 streams]``); the churn's pod rates."""
+    f = lambda name, value, unit: common.figure("watch_bandwidth", name, value, unit)  # noqa: E731
+    q = common.qualified
+    out = [f(k, data.get(k), unit) for k, unit in (("pods_created_per_s", "pods/s"), ("pods_deleted_per_s", "pods/s"),
+                                                   ("watchers_per_api_and_encoding", "watchers")) if k in data]
+    for s in data.get("sizes") or []:
+        size = f"{s['endpoints']:,} endpoints"
+        g = s.get("groups") or {}
+        out += [f(q(f"bytes_per_churn_change {k}", size), (g.get(k) or {}).get("bytes_per_churn_change"), "B")
+                for k in GROUPS if k in g]
+        agree = [a.get("relative_difference") for a in (s.get("apiserver_agreement") or {}).values()
+                 if a.get("relative_difference") is not None]
+        trunc = (s.get("endpoints_object") or {}).get("annotations", {}).get("endpoints.kubernetes.io/over-capacity")
+        out += [f(q("endpoints_to_endpointslice_bytes protobuf", size),
+                  (s.get("endpoints_to_endpointslice_bytes") or {}).get("protobuf"), ""),
+                f(q("apiserver_agreement_largest_difference", size), 100 * max(agree) if agree else None, "%"),
+                f(q("endpoints_truncated", size), trunc == "truncated", "bool")]
+    changes = (data.get("settings") or {}).get("watch_projection_changes_per_node_hour")
+    if changes is not None:
+        out.append(f("projection_changes_per_node_hour", changes, "changes"))
+    for series, pts in (data.get("projection_bytes_per_s") or {}).items():
+        out += [f(q(f"projected_egress {series}", f"{int(n):,} nodes"), b, "B/s") for n, b in pts]
+    cap = data.get("watcher_capacity") or {}
+    for st in cap.get("steps") or []:
+        step = f"{st['streams']:,} streams"
+        spread = [v for v in (st.get("delivery_spread_p99_s") or {}).values() if v is not None]
+        out += [f(q("watchers_per_group", step), st.get("watchers_per_group"), "watchers"),
+                f(q("kept_up", step), st.get("kept_up"), "bool"),
+                f(q("received_mb_per_s", step), st.get("received_mb_per_s"), "MB/s"),
+                f(q("delivery_spread_p99_s_worst", step), max(spread) if spread else None, "s"),
+                f(q("harness_cpu_s", step), st.get("harness_cpu_s"), "CPU-s"),
+                f(q("apiserver_cpu_s", step), st.get("apiserver_cpu_s"), "CPU-s"),
+                f(q("window_s", step), st.get("window_s"), "s")]
+    if cap.get("max_streams_kept_up") is not None:
+        out.append(f("max_streams_kept_up", cap["max_streams_kept_up"], "streams"))
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = common.parser(__doc__, "smoke", "watch_bandwidth.json")
     ap.add_argument("--watchers", default="25,50,100,200", help="watchers per API and encoding, for the sweep")
@@ -95,8 +140,7 @@ def main(argv: list[str]) -> int:
                          owned=c.kwok is not None)
         head = common.header(argv, c, profile, "clusterproof.bench.watch_bandwidth")
     kept = [s["watchers_per_group"] for s in steps if s["kept_up"]]
-    result = {
-        **head,
+    data = {
         "settings": {k: profile[k] for k in ("watch_sizes", "watch_watchers", "watch_churn", "watch_churn_rate",
                                              "watch_churn_kinds", "watch_max_endpoints_per_slice",
                                              "watch_projection_nodes", "watch_projection_changes_per_node_hour")},
@@ -107,7 +151,7 @@ def main(argv: list[str]) -> int:
         "watcher_capacity": {"max_watchers_per_group_kept_up": max(kept) if kept else None,
                              "max_streams_kept_up": 4 * max(kept) if kept else None, "steps": steps},
     }
-    common.write(args.out, result)
+    common.write(args.out, head, figures(data), data)
     args.out.with_suffix(".png").write_bytes(projection_figure(run, profile).png())
     return 0
 

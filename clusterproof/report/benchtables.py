@@ -5,21 +5,31 @@ from. Each table in ``docs/`` that shows bench figures sits between two marker
 comments, ``<!-- bench-tables: NAME -->`` and ``<!-- /bench-tables: NAME -->``;
 ``clusterproof bench-tables`` prints what belongs there (``--write`` rewrites
 the pages in place, ``--check`` fails on a stale one) and
-``tests/test_docs.py`` fails when a committed table differs. Every table
-says where its figures come from: the file, the date, the command (or, for
-files written before benches recorded it, the profile and overrides), the
-machine. The JSON files have grown over time and differ in shape; each known
-shape has its renderer below, a file written with ``"figures"`` (the shape of
-``clusterproof.bench.common.write``) gets a table of them, anything else a
-table of its top-level numbers. Pure: reads JSON, returns text.
+``tests/test_docs.py`` fails when a committed table differs.
+
+Every bench file has one shape (``clusterproof.bench.common.write``): its
+context, its typed ``figures`` and its raw ``data``. A table is read from the
+figures and the context only, by one renderer driven by a small declarative
+spec per block (``BLOCKS``): which files, which figures in which rows, the
+caption. A row's cell is a template naming figures (``{create_qps}``); a
+table's columns are either the value, or one per bench file (the bring-up
+variants side by side), or one per qualifier of the figures it names
+(``create_qps[2 workers]``: a sweep's steps side by side). A file no spec
+names gets a table of all its figures. Every table says where its figures
+come from: the file, the date, the command (or, for files written before
+benches recorded it, the profile and overrides), the machine. Pure: reads
+JSON, returns text.
 """
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+
+from clusterproof.core.measurement import Figure
 
 COMMAND = "clusterproof bench-tables --write"
 OPEN = "<!-- bench-tables: {} -->"
@@ -97,8 +107,15 @@ def _load(d: dict) -> str | None:
     return None
 
 
-def source(path: Path, d: dict) -> str:
-    """Where a table's figures come from, as one line above it."""
+def _version(d: dict, name: str) -> str | None:
+    """A component's version from a file's context: its own entry's release (``"prometheus": {"release": ...}``),
+    else ``versions``."""
+    own = d.get(name)
+    return (own.get("release") if isinstance(own, dict) else None) or (d.get("versions") or {}).get(name)
+
+
+def source(path: Path, d: dict, versions: tuple[str, ...] = ()) -> str:
+    """Where a table's figures come from, as one line below it (``d``: the file's context)."""
     m = d.get("machine") or {}
     bench = path.stem.split("-")[0]
     if d.get("command"):
@@ -114,10 +131,14 @@ def source(path: Path, d: dict) -> str:
     load = _load(d)
     if load is not None:
         machine += f", load average {load} at the end"
-    nodes = (d.get("cluster") or {}).get("nodes", d.get("nodes"))
+    start = d.get("load_average_at_start")
+    if isinstance(start, list) and start:
+        machine += f" ({start[0]:.1f} at the start)"
+    nodes = (d.get("cluster") or {}).get("nodes")
     version = (d.get("cluster") or {}).get("server") or (d.get("versions") or {}).get("kubernetes")
+    named = [f"{n} {_version(d, n)}" for n in versions if _version(d, n)]
     where = ", ".join(x for x in (f"{nodes:,} nodes" if isinstance(nodes, int) else "",
-                                  f"Kubernetes {version}" if version else "") if x)
+                                  f"Kubernetes {version}" if version else "", *named) if x)
     return (f"*`reports/bench/{path.name}`, measured {_date(d)}; {how}; {machine}"
             + (f"; {where}" if where else "") + ".*")
 
@@ -129,435 +150,416 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
 
 
-# ---- one renderer per shape ------------------------------------------------------------------------
+# ---- the one renderer ------------------------------------------------------------------------------
 
-def _bringup(files: list[tuple[Path, dict]]) -> str:
-    """Every ``bringup*.json`` side by side (the same bench with different settings)."""
-    def label(p: Path, d: dict) -> str:
-        hb = (d.get("heartbeat") or {}).get("heartbeat_factor")
-        return f"`{p.name}`" + (f" (heartbeat factor {hb:g})" if hb is not None else "")
-
-    ds = [d for _, d in files]
-
-    def row(name, fn):
-        return [name, *(fn(d) for d in ds)]
-    rows = [
-        row("nodes", lambda d: _num(d.get("nodes"))),
-        row("all nodes Ready=True, after the first create", lambda d: f"**{_s(d.get('seconds_to_all_ready'))}**"),
-        row("all nodes schedulable (not-ready taint lifted)",
-            lambda d: f"**{_s(d.get('seconds_to_all_schedulable'))}**"),
-        row("creating the Node objects", lambda d: _s(d.get("seconds_create_all_nodes"))),
-        row("control plane start", lambda d: _s(d.get("seconds_control_plane_start"))),
-    ]
-    for comp, key in (("kube-apiserver", "apiserver"), ("etcd", "etcd"), ("kwok", "kwok"),
-                      ("kube-controller-manager", "kube_controller_manager"), ("kube-scheduler", "kube_scheduler")):
-        rows.append(row(f"{comp} peak RSS", lambda d, k=key: _mib(d.get(f"{k}_peak_rss_bytes"))))
-    rows.append(row("control plane CPU, idle at full size", lambda d: (
-        f"**{_num(d.get('control_plane_cpu_cores_idle'))} cores** (mean over {_num(d.get('idle_window_seconds'))} s)")))
-    comps = sorted({c for d in ds for c in (d.get("control_plane_cpu_cores_idle_by_component") or {})})
-    for c in comps:
-        rows.append(row(f"- of it {c}", lambda d, c=c: (
-            f"{_num((d.get('control_plane_cpu_cores_idle_by_component') or {}).get(c))} cores")))
-    comps = sorted({c for d in ds for c in (d.get("control_plane_cpu_seconds_through_bringup_by_component") or {})})
-    for c in comps:
-        rows.append(row(f"{c} CPU through bring-up", lambda d, c=c: (
-            _s((d.get("control_plane_cpu_seconds_through_bringup_by_component") or {}).get(c)))))
-    if any("control_plane_cores_through_bringup" in d for d in ds):
-        rows.append(row("control plane cores from its start to all schedulable (of the machine's CPUs)", lambda d: (
-            f"**{_num(d.get('control_plane_cores_through_bringup'))}** of {_num((d.get('machine') or {}).get('cpus'))}"
-            if "control_plane_cores_through_bringup" in d else "not measured")))
-    for key, moment in (("cpu_to_all_ready", "all Ready=True"), ("cpu_to_all_schedulable", "all schedulable")):
-        if not any(d.get(key) for d in ds):
-            continue
-        name = f"first create to {moment}: the machine's CPUs busy; the shortest it could be on them (CPU-s of work)"
-        rows.append(row(name, lambda d, k=key: (
-            f"**{_num(round(100 * d[k]['machine_busy_share']))} %**; {_s(d[k]['cpu_bound_seconds'])} "
-            f"({_num(d[k]['machine_busy_cpu_seconds'])} CPU-s)" if d.get(k) else "not measured")))
-        procs = sorted({c for d in ds for c in ((d.get(key) or {}).get("cpu_seconds_by_process") or {})})
-        for c in procs:
-            rows.append(row(f"- of it {c}, CPU-s", lambda d, k=key, c=c: (
-                _num(((d.get(k) or {}).get("cpu_seconds_by_process") or {}).get(c)) if d.get(k) else "not measured")))
-    if any(d.get("node_lifecycle_controller") for d in ds):
-        nlc = lambda d: d.get("node_lifecycle_controller") or {}  # noqa: E731
-        rows.append(row("node lifecycle controller: median GET / PATCH of a node during bring-up", lambda d: (
-            f"{_s(nlc(d).get('get_node_median_s'))} / {_s(nlc(d).get('patch_node_median_s'))}"
-            if nlc(d) else "not measured")))
-        rows.append(row("node lifecycle controller: its 8 workers' rate at just those medians", lambda d: (
-            f"**{_num(nlc(d).get('rate_bound_nodes_per_second'))} nodes/s** "
-            "(measured, first create to all schedulable: "
-            f"{_num(round(d['nodes'] / d['seconds_to_all_schedulable'], 1))} nodes/s)"
-            if nlc(d) and d.get("seconds_to_all_schedulable") else "not measured")))
-    if any((d.get("node_lifecycle_queue") or {}).get("busy_workers_mean") for d in ds):
-        nlq = lambda d: d.get("node_lifecycle_queue") or {}  # noqa: E731
-        rows.append(row("node lifecycle controller, its own metrics: workers busy while its queue was full", lambda d: (
-            f"**{_num(nlq(d)['busy_workers_mean'])} of {_num(nlq(d)['workers'])}** for "
-            f"{_num(nlq(d)['saturated_seconds'])} s (queue up to {_num(nlq(d)['peak_queue_depth'])} nodes)"
-            if nlq(d).get("busy_workers_mean") is not None else "not measured")))
-        rows.append(row("node lifecycle controller: one node (GET + PATCH), mean; its client's GET / PATCH, mean",
-                        lambda d: (
-            f"**{_s(nlq(d)['item_mean_s'])}**, {_num(nlq(d)['items_per_second'])} nodes/s; "
-            f"{_s(nlq(d)['kcm_client_get_mean_s'])} / {_s(nlq(d)['kcm_client_patch_mean_s'])}"
-            if nlq(d).get("busy_workers_mean") is not None else "not measured")))
-    rows.append(row("node lease writes/s (real kubelets at this size)", lambda d: (
-        f"{_num((d.get('heartbeat') or {}).get('lease_writes_per_second'))} "
-        f"({_num((d.get('heartbeat') or {}).get('real_kubelet_lease_writes_per_second'))})")))
-    rows.append(row("kube-controller-manager client QPS", lambda d: _num(d.get("kcm_api_qps"))))
-    real = sorted({k for d in ds for k, v in (d.get("real_nodes") or {}).items() if not isinstance(v, (dict, list))})
-    for k in real:
-        rows.append(row(f"real nodes: {k}", lambda d, k=k: _generic_value(k, (d.get("real_nodes") or {}).get(k))))
-    out = [table(["bring-up", *(label(p, d) for p, d in files)], rows)]
-    for p, d in files:
-        out += ["", source(p, d)]
-    meaning = next((d["ready_means"] for d in ds if d.get("ready_means")), None)
-    if meaning:
-        out += ["", f"Ready means -- {meaning}."]
-    return "\n".join(out)
+@dataclass(frozen=True)
+class Table:
+    """One table of a block. ``rows``: (label, cell template); a template names figures in braces --
+    ``{name}``, ``{name:n}`` (the number without its unit), ``{name:dec}`` (bytes in decimal units, as a
+    network counts them), ``{name[*]}`` (every qualifier of ``name``, joined) -- and a part between
+    ``«`` and ``»`` is left out when none of its figures has a value. ``columns``: ``""`` one value column,
+    ``"file"`` one per bench file of the block, ``"qualifier"`` one per qualifier of the figures the rows
+    name (a figure ``name`` in a row stands for ``name[<the column's qualifier>]``). ``each``: instead of
+    ``rows``, a row per figure whose name starts with it (labelled with the rest of the name)."""
+    head: str
+    rows: tuple[tuple[str, str], ...] = ()
+    columns: str = ""
+    each: str | None = None
 
 
-def _burst(path: Path, d: dict) -> str:
-    b, sc, two = d.get("burst") or {}, d.get("scheduler") or {}, d.get("second_client") or {}
-    run = ((d.get("runs") or [{}])[0].get("locust")) or {}
-    jobs = run.get("jobs") or []
-    rows = [
-        ["burst", f"{b.get('jobs')} jobs × {b.get('job_size')} whole-node pods, {b.get('users')} locust users "
-                  f"as {b.get('identity', 'an identity not recorded')}"],
-        ["pods created", _num(d.get("pods_created"))],
-        ["create rate, locust", f"**{_num(d.get('create_qps'))} pods/s**"],
-        ["create rate, an independent client (same token, same requests in flight)",
-         f"{_num(two.get('create_qps'))} pods/s"],
-        ["ratio (target ≥ " + _num(d.get("create_rate_ratio_target")) + ": the generator is not the bottleneck)",
-         _num(d.get("create_rate_ratio"))],
-        ["pod create p50 / p99, client side (locust)",
-         f"{_s(d.get('create_latency_p50_s'))} / {_s(d.get('create_latency_p99_s'))}"],
-        ["pod create p50 / p99, apiserver's histogram",
-         f"{_s(d.get('create_latency_server_p50_s'))} / **{_s(d.get('create_latency_server_p99_s'))}**"],
-        [f"scheduling throughput (kube-scheduler, client QPS {sc.get('client_qps')}/burst {sc.get('client_burst')})",
-         f"{_num(d.get('scheduling_throughput_pods_per_s'))} pods/s"],
-        ["pod startup p50 / p99 (watched)",
-         f"{_s(d.get('pod_startup_p50_s'))} / {_s(d.get('pod_startup_p99_s'))}"],
-        ["of it created → bound p99", _s(d.get("created_to_bound_p99_s"))],
-    ]
-    if run.get("bound_to_running_p99_s") is not None:
-        rows.append(["bound → Running p99", _s(run.get("bound_to_running_p99_s"))])
-    if jobs:
-        rows.append(["first create → job bound, per job",
-                     " / ".join(_s(j.get("first_create_to_all_bound_s")) for j in jobs)])
-    rows.append(["429 responses", _num(d.get("responses_429"))])
-    g = d.get("gang") or {}
-    if g:
-        rows.append([f"{_num(g.get('gang_size'))}-pod gang, {g.get('scheduler_build', g.get('scheduler'))}: "
-                     f"admission latency", _s(g.get("admission_latency_s"))])
-    return table(["burst pod creation", "figure"], rows) + "\n\n" + source(path, d)
+@dataclass(frozen=True)
+class Block:
+    """The tables between one pair of markers: the bench files they read (a glob under reports/bench;
+    ``bringup.json`` first, then by name), the tables, notes (templates, as a cell's) and the component
+    versions worth naming in the source line."""
+    files: str
+    tables: tuple[Table, ...]
+    notes: tuple[str, ...] = ()
+    versions: tuple[str, ...] = ()
 
 
-def _knee(path: Path, d: dict) -> str:
-    knee = d.get("knee_pods_per_s")
-    rows = []
-    for s in d.get("steps") or []:
-        rate = _num(s.get("rate"))
-        rows.append([f"**{rate}**" if s.get("rate") == knee else rate, _num(s.get("pods")),
-                     _s(s.get("create_latency_server_p99_s")), _s(s.get("create_latency_p99_s")),
-                     _s(s.get("pod_startup_server_p99_s")), _s(s.get("pod_startup_p99_s")),
-                     f"{_num(s.get('watch_lag_created_p99_s'))} / {_num(s.get('watch_lag_running_p99_s'))} s",
-                     _num(s.get("scheduling_throughput_pods_per_s")), _num(s.get("slos_hold"))])
-    slos = d.get("slos") or {}
-    head = ["steady rate (pods/s)", "pods", "create p99, apiserver", "create p99, locust",
-            "startup p99, timestamps", "startup p99, watch", "watch lag p99 (created / Running)", "bound per s",
-            "SLOs hold"]
-    lines = [table(head, rows), "",
-             f"The knee: **{_num(knee)} pods/s** ({d.get('knee_means', 'meaning not recorded')}; SLOs: mutating "
-             f"p99 ≤ {_num(slos.get('mutating_p99_s'))} s, pod startup p99 ≤ {_num(slos.get('pod_startup_p99_s'))} s).",
-             "", source(path, d)]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class BenchFile:
+    """What a table may read of a bench file: its name, its context and its figures (never its data)."""
+    path: Path
+    context: dict
+    figures: dict[str, Figure]
 
 
-def _apf(path: Path, d: dict) -> str:
-    f = d.get("flood") or {}
-    flow, hon, imp = f.get("flow") or {}, (f.get("clients") or {}).get("honouring") or {}, \
-        (f.get("clients") or {}).get("impatient") or {}
-    wb = f.get("well_behaved_client") or {}
-    per_s = f.get("rejected_per_second_by_flow_schema") or {}
-    rejected = "; ".join(f"`{k}`: {_num(v)} ({_num(per_s.get(k))}/s)"
-                         for k, v in (f.get("rejected_by_flow_schema") or {}).items()) or "none"
-    retry = sorted({int(k) for c in (hon, imp) for k in (c.get("retry_after_s") or {})})
-
-    def client(c):
-        return (f"{c.get('created')} of {c.get('planned')} created, "
-                f"{_num(c.get('responses_429_per_created_pod'))} × 429 per pod, last create "
-                f"{_s(c.get('seconds_flood_start_to_last_create'))} after the flood started")
-
-    def p99(phase):
-        return _s((wb.get(phase) or {}).get("p99_s"))
-    flood_rows = [
-        [f"429s by flow schema (the run's own: `{flow.get('flow_schema', '?')}`)", rejected],
-        ["5xx from the apiserver", _num(sum((f.get("apiserver_5xx") or {}).values()))],
-        ["clients that honour Retry-After", client(hon)],
-        ["clients that retry at once", client(imp)],
-        ["Retry-After values seen", ", ".join(f"{r} s" for r in retry) or "--"],
-        [f"well-behaved client (`{wb.get('flow', '?')}`) p99: before / during / after",
-         f"{p99('baseline')} / {p99('flood')} / {p99('recovery')}, "
-         f"{_num(sum((wb.get(ph) or {}).get('responses_429', 0) for ph in ('baseline', 'flood', 'recovery')))} × 429"],
-        ["its pods created during the flood: started, startup p99 (timestamps)",
-         f"{_num(f.get('probe_pods_started'))}, {_s(f.get('probe_pod_startup_p99_s'))}"],
-        ["most overdue node-lease renewal; nodes NotReady",
-         f"{_s(f.get('most_overdue_lease_renewal_s'))}; {len(f.get('nodes_not_ready') or []) or 'none'}"],
-        ["flood end → recovered", _s(f.get("seconds_flood_end_to_recovered"))],
-    ]
-    flood_head = [f"flood: {f.get('users')} users, {_num(f.get('noise_seconds'))} s of creates/LISTs/GETs, "
-                  f"{flow.get('type', '?')} level of {flow.get('nominal_concurrency_shares', '?')} share(s), "
-                  f"{flow.get('limit_response', '?')}", "figure"]
-    joins = d.get("node_join") or {}
-    out = [table(flood_head, flood_rows)]
-    if joins:
-        modes = list(joins.values())
-
-        def jrow(name, fn):
-            return [name, *(fn(j) for j in modes)]
-        cls = {k for j in modes for k in (j.get("join_classification") or {})}
-        rows = [
-            jrow("registration latency p50 / p99",
-                 lambda j: f"{_num(j.get('join_latency_p50_s'))} / {_num(j.get('join_latency_p99_s'))} s"),
-            jrow("all registered / all Ready=True, after the first registration",
-                 lambda j: f"{_s(j.get('seconds_to_register_all'))} / {_s(j.get('seconds_to_all_ready'))}"),
-            jrow("429s, 5xx, existing nodes NotReady", lambda j: (
-                f"{_num(j.get('join_429'))}, {_num(j.get('join_5xx'))}, "
-                f"{len(j.get('existing_nodes_not_ready') or []) or 'none'}")),
-            jrow("another flow's p99 / mutating p99 meanwhile", lambda j: (
-                f"{_num((j.get('well_behaved_client') or {}).get('p99_s'))} / "
-                f"{_num((j.get('well_behaved_client') or {}).get('mutating_p99_s'))} s")),
-        ]
-        n = modes[0].get("nodes")
-        head = [f"{_num(n)} nodes joining as `system:node:<name>` (classified: "
-                + "; ".join(sorted(c.replace("flowschemas/", "").replace("prioritylevelconfigurations/", "")
-                                   for c in cls)) + ")",
-                *(j.get("mode", "?") for j in modes)]
-        out += ["", table(head, rows)]
-    cls = d.get("classification_after_bringup") or {}
-    if cls:
-        out += ["", "Where APF put each component's traffic after bring-up: "
-                + "; ".join(f"`{k}`: {v}" for k, v in cls.items()) + "."]
-    out += ["", source(path, d)]
-    return "\n".join(out)
+_PLACEHOLDER = re.compile(r"\{([^{}]+?)(?::(n|dec))?\}")
+_OPTIONAL = re.compile(r"«(.*?)»")
+_QUALIFIED = re.compile(r"^(.*)\[(.*)\]$")
+MISSING = "not measured"
 
 
-def _preflight(path: Path, d: dict) -> str:
-    c, j, s = d.get("checker") or {}, d.get("join") or {}, d.get("in_service") or {}
-
-    def pct(x):
-        x = x or {}
-        return f"p50 {_s(x.get('p50_s'))}, p99 {_s(x.get('p99_s'))} (n = {x.get('n')})"
-    rows = [
-        [f"checker, {_num(c.get('machines'))} simulated machines ({_num(c.get('faulty'))} faulty) in one process",
-         f"**{_s(c.get('one_process_s'))}** ({_num(c.get('per_machine_ms'))} ms a machine), "
-         f"{_num(c.get('wrong_verdicts'))} wrong verdicts"],
-        [f"checker, a process per machine ({c.get('process_per_machine_sample')} measured, projected)",
-         f"{_s(c.get('process_per_machine_s'))} each → {_s(c.get('process_per_machine_projected_s'))}"],
-        [f"{_num(j.get('nodes'))} nodes join at once ({_num(j.get('faulty'))} faulty, "
-         f"{len(j.get('fault_kinds') or [])} fault kinds): created and Ready / all decided",
-         f"{_s(j.get('created_and_ready_s'))} / {_s(j.get('all_decided_s'))}"],
-        ["join → quarantine", pct(j.get("time_to_quarantine"))],
-        ["join → release", pct(j.get("time_to_release"))],
-        ["agent's API requests per joining node decided", _num(j.get("agent_requests_per_decided_node"))],
-        ["the whole control plane's requests during the join",
-         _num((j.get("apiserver_requests") or {}).get("total"))],
-        ["the agent's checker time per node", f"{_num(j.get('agent_check_ms'))} ms"],
-        [f"{_num(s.get('faults'))} nodes go bad in service at once, cap {_num(s.get('cap'))}",
-         f"waves {' + '.join(str(w) for w in s.get('waves') or [])}; at most {_num(s.get('most_out_at_once'))} "
-         f"out at once"],
-        ["fault → cordoned", pct(s.get("time_to_cordon"))],
-        ["fault → drained", pct(s.get("time_to_drained"))],
-        [f"PodDisruptionBudget ({_num(s.get('replicas_under_pdb'))} pods)",
-         f"never fewer than {_num(s.get('fewest_ready'))} Ready; {_num(s.get('evictions_refused_429'))} "
-         f"evictions refused (429) and retried"],
-        ["agent's API requests per node remediated", _num(s.get("agent_requests_per_remediated_node"))],
-        ["the control plane's requests over the in-service phase",
-         _num((s.get("apiserver_requests") or {}).get("total"))],
-        [f"an active sweep of {_num(s.get('sweep_nodes_last'))} in-service nodes", _s(s.get("sweep_s_last"))],
-    ]
-    gpus = d.get("gpus")
-    return (table(["GPU preflight", "figure"], rows) + "\n\n" + (f"GPUs: {gpus}.\n\n" if gpus else "")
-            + source(path, d))
+def _value(f: Figure, fmt: str | None) -> str:
+    """A figure's value as a reader wants it, in its unit (``fmt``: ``n`` the number alone, ``dec`` bytes in
+    decimal units)."""
+    x, unit = f.value, f.unit
+    if x is None:
+        return "--"
+    if unit == "bool":
+        return "yes" if x else "no"
+    if fmt == "n" or not unit:
+        return _num(x)
+    if unit == "s":
+        return _s(x)
+    if unit == "B":
+        return _kb(x) if fmt == "dec" else _mib(x)
+    if unit == "B/s":
+        return _kb(x) + "/s"
+    return f"{_num(x)} {unit}"
 
 
-def _prometheus(path: Path, d: dict) -> str:
-    h, lim, raw = d.get("history") or {}, d.get("with_limits") or {}, d.get("without_limits") or {}
+def fill(template: str, figures: dict[str, Figure], qualifier: str | None) -> str:
+    """A cell: each placeholder replaced by its figure's value; an optional part without a value left out;
+    ``not measured`` when the file has none of the cell's figures."""
+    found = missing = 0
 
-    def answer(a, peak=False):
-        if not a:
+    def one(m: re.Match, part: list[bool]) -> str:
+        nonlocal found, missing
+        name, fmt = m.group(1), m.group(2)
+        if name.endswith("[*]"):
+            base = name[:-3]
+            fs = [f for n, f in figures.items() if (q := _QUALIFIED.match(n)) and q.group(1) == base]
+        else:
+            f = figures.get(name if qualifier is None else f"{name}[{qualifier}]")
+            fs = [f] if f is not None else []
+        if not fs:
+            missing += 1
             return "--"
-        what = (f"{a.get('status')} {a.get('error_type')} \"{a.get('error')}\"" if a.get("error")
-                else f"{a.get('status')}")
-        out = f"{what} after {_s(a.get('elapsed_s'))}"
-        if a.get("series") is not None:
-            out += f", {_num(a['series'])} series"
-        if a.get("samples_read") is not None:
-            out += f", {_num(a['samples_read'])} samples read"
-        if peak and a.get("peak_samples") is not None:
-            out += f", peak {_num(a['peak_samples'])} samples"
-        return out
+        found += 1
+        if any(f.value is not None for f in fs):
+            part.append(True)
+        return " / ".join(_value(f, fmt) for f in fs)
 
-    def burst(m):
-        b = m.get("burst") or {}
-        el = [a.get("elapsed_s") for a in b.get("answers") or [] if a.get("elapsed_s") is not None]
-        st = sorted({str(a.get("status")) for a in b.get("answers") or []})
-        rng = f"{_num(min(el))}–{_num(max(el))} s" if el else "--"
-        return f"{b.get('queries')} queries, status {'/'.join(st)}, answered after {rng}; " \
-               f"{_num(b.get('queue_seconds'))} s in Prometheus' queue"
-
-    def unbounded(m):
-        u = m.get("series_unbounded") or {}
-        return (f"{answer(u)}, {_kb(u.get('bytes'))}, RSS {_mib(u.get('idle_rss_bytes'))} → "
-                f"{_mib(u.get('peak_rss_bytes'))}")
-
-    def flags(m):
-        return " ".join(f"`{f}`" for f in m.get("flags") or [])
-    seed = [("cluster-wide `histogram_quantile` over every bucket", "histogram-quantile"),
-            ("the same as a long range query", "long-range")]
-    rows = [[name, answer((lim.get("seed") or {}).get(k)), answer((raw.get("seed") or {}).get(k), True)]
-            for name, k in seed]
-    rows += [
-        ["the same with a larger `timeout=` asked by the client (" + " / ".join(
-            str((m.get("request_timeout") or {}).get("asked")) for m in (lim, raw)) + ")",
-         answer(lim.get("request_timeout")), answer(raw.get("request_timeout"))],
-        ["high-resolution range query over 3 nodes' series", answer(lim.get("max_samples")),
-         answer(raw.get("max_samples"), True)],
-        ["seed quantiles at once", burst(lim), burst(raw)],
-        ["**peak RSS** (idle)", f"**{_mib(lim.get('peak_rss_bytes'))}** ({_mib(lim.get('idle_rss_bytes'))}; "
-                                f"bound the suite allows: {_mib(lim.get('limit_bound_bytes'))})",
-         f"**{_mib(raw.get('peak_rss_bytes'))}** ({_mib(raw.get('idle_rss_bytes'))}; watchdog bound "
-         f"{_mib(raw.get('memory_bound_bytes'))})"],
-        ["`/api/v1/series` `{le!=\"\"}` with `limit=`", answer(lim.get("series_limited")),
-         answer(raw.get("series_limited"))],
-        ["`/api/v1/series` `{le!=\"\"}`, no limit", f"**{unbounded(lim)}**", unbounded(raw)],
-        ["a cheap query right after", answer(lim.get("cheap_after")), answer(raw.get("cheap_after"))],
-    ]
-    hist = (f"{_num(h.get('nodes'))}-node history: {_num(h.get('series'))} series, {_num(h.get('bucket_series'))} "
-            f"bucket series, {_num(h.get('samples'))} samples ({h.get('minutes')} min at {h.get('interval_s')} s)")
-    out = [table([hist, f"with limits ({flags(lim)})", f"without ({flags(raw)})"], rows)]
-    w = d.get("wal_replay") or {}
-    if w:
-        def mmm(key):
-            x = w.get(key) or {}
-            return f"{_num(x.get('min'))} / {_num(x.get('median'))} / {_num(x.get('max'))} s"
-        out += ["", table(
-            [f"WAL replay: {_num(w.get('series'))} series × {w.get('scrapes')} scrapes, "
-             f"{_kb(w.get('wal_bytes'))} of WAL", "GOMAXPROCS=1", "GOMAXPROCS=2 (all cores)"],
-            [["WAL replay, min / median / max", mmm("wal_replay_duration_s_gomaxprocs_1"),
-              f"**{mmm('wal_replay_duration_s_gomaxprocs_2')}**"],
-             ["restart to `/-/ready`, min / median / max", mmm("ready_s_gomaxprocs_1"), mmm("ready_s_gomaxprocs_2")]])]
-    v = d.get("versions") or {}
-    la = d.get("load_average_at_start")
-    out += ["", (f"Prometheus {v.get('prometheus', '?')} (module {v.get('module', '?')}); history built in "
-                 f"{_s(h.get('build_s'))}" + (f"; load average {la[0]:.1f} at the start" if la else "") + "."),
-            "", source(path, d)]
-    return "\n".join(out)
+    def optional(m: re.Match) -> str:
+        part: list[bool] = []
+        text = _PLACEHOLDER.sub(lambda p: one(p, part), m.group(1))
+        return text if part else ""
+    text = _OPTIONAL.sub(optional, template)
+    text = _PLACEHOLDER.sub(lambda p: one(p, []), text)
+    return MISSING if missing and not found else text
 
 
-def _watch(path: Path, d: dict) -> str:
-    groups = ("endpointslices/protobuf", "endpointslices/json", "endpoints/protobuf", "endpoints/json")
-    rows = []
-    for s in d.get("sizes") or []:
-        g = s.get("groups") or {}
-        trunc = (s.get("endpoints_object") or {}).get("annotations", {}).get("endpoints.kubernetes.io/over-capacity")
-        agree = [a.get("relative_difference") for a in (s.get("apiserver_agreement") or {}).values()]
-        rows.append([_num(s.get("endpoints")) + (f" (Endpoints {trunc})" if trunc else ""),
-                     *(_kb((g.get(k) or {}).get("bytes_per_churn_change")) for k in groups),
-                     _num((s.get("endpoints_to_endpointslice_bytes") or {}).get("protobuf")),
-                     "--" if not agree else f"largest difference {max(agree):.4%}"])
-    out = [table(["endpoints", "EndpointSlice protobuf", "EndpointSlice JSON", "Endpoints protobuf",
-                  "Endpoints JSON", "Endpoints / EndpointSlice (protobuf)",
-                  "harness vs `apiserver_watch_events_sizes`"], rows)]
-    out += ["", f"Bytes per churn change per watcher. Bytes: {d.get('bytes_mean', 'not described')}. "
-                f"Pods: {_num(d.get('pods_created_per_s'))} created/s, {_num(d.get('pods_deleted_per_s'))} "
-                f"deleted/s; {_num(d.get('watchers_per_api_and_encoding'))} watchers per API and encoding."]
-    proj = d.get("projection_bytes_per_s") or {}
-    if proj:
-        sizes = sorted({int(n) for pts in proj.values() for n, _ in pts})
-        prow = [[name, *(_kb(dict((int(n), b) for n, b in pts).get(n)) + "/s" for n in sizes)]
-                for name, pts in proj.items()]
-        st = d.get("settings") or {}
-        out += ["", table([f"projected watch egress at {_num(st.get('watch_projection_changes_per_node_hour'))} "
-                           f"change per node per hour, one watcher per node", *(f"{n:,} nodes" for n in sizes)],
-                          prow)]
-    cap = d.get("watcher_capacity") or {}
-    if cap.get("steps"):
-        crow = [[f"{_num(s.get('streams'))} ({_num(s.get('watchers_per_group'))})", _num(s.get("kept_up")),
-                 f"{_num(s.get('received_mb_per_s'))} MB/s",
-                 _s(max((s.get("delivery_spread_p99_s") or {0: None}).values(), key=lambda x: x or 0)),
-                 _s(s.get("harness_cpu_s")), _s(s.get("apiserver_cpu_s")), _s(s.get("window_s"))]
-                for s in cap["steps"]]
-        out += ["", table(["streams (per API and encoding)", "every watcher kept up", "received",
-                           "spread p99 (worst API/encoding)", "harness CPU", "kube-apiserver CPU", "window"], crow)]
-    out += ["", source(path, d)]
-    return "\n".join(out)
+def _names(template: str) -> list[str]:
+    return [m.group(1) for m in _PLACEHOLDER.finditer(template)]
 
 
-def _generic_value(key: str, v) -> str:
-    """A value named by its key's suffix: ``_s`` seconds, ``_bytes`` bytes, ``_per_s`` a rate."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if key.endswith("_bytes"):
-            return _mib(v)
-        if key.endswith("_per_s"):
-            return f"{_num(v)}/s"
-        if key.endswith("_s") or key.startswith("seconds"):
-            return _s(v)
-        if key.endswith("_ms"):
-            return f"{_num(v)} ms"
-    return _num(v) if isinstance(v, (int, float)) else str(v)
+def _threshold(template: str, figures: dict[str, Figure]) -> str:
+    """A row's threshold, when its one figure has one: `` (≤ 1 s)``."""
+    names = _names(template)
+    f = next((f for n, f in figures.items() if len(names) == 1 and (n == names[0] or n.startswith(names[0] + "["))
+              and f.threshold is not None), None)
+    if f is None:
+        return ""
+    op = {"<=": "≤", ">=": "≥"}.get(f.op or "", f.op)
+    return f" ({op} {_value(Figure.of('', '', f.threshold, f.unit), None)})"
 
 
-def _figures(path: Path, d: dict) -> str:
-    """A file written with ``"figures"`` (``bench.common.write``): each figure with unit and threshold."""
-    rows = []
-    for f in (d.get("figures") or {}).values():
-        thr = "" if f.get("threshold") is None else f"{f.get('op') or '<='} {_num(f['threshold'])} {f.get('unit', '')}"
-        rows.append([f.get("name", "?"), f"{_num(f.get('value'))} {f.get('unit', '')}".strip(), thr.strip(),
-                     f.get("verdict") or ""])
-    return table(["figure", "value", "threshold", "verdict"], rows) + "\n\n" + source(path, d)
+def _qualifiers(rows: list[tuple[str, str]], figures: dict[str, Figure]) -> list[str]:
+    """The qualifiers of the figures the rows name, in the order the file lists them."""
+    wanted = {n for _, t in rows for n in _names(t)}
+    out: list[str] = []
+    for n in figures:
+        q = _QUALIFIED.match(n)
+        if q and q.group(1) in wanted and q.group(2) not in out:
+            out.append(q.group(2))
+    return out
 
 
-def _fallback(path: Path, d: dict) -> str:
-    """A shape no renderer knows: its top-level numbers, named by key."""
-    rows = [[f"`{k}`", _generic_value(k, v)] for k, v in d.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return table(["figure", "value"], rows or [["(no top-level figures)", "--"]]) + "\n\n" + source(path, d)
+def render_table(t: Table, files: list[BenchFile]) -> str:
+    """One table of figures, from the files' figures only."""
+    first = files[0].figures
+    rows = list(t.rows)
+    if t.each is not None:
+        bases = dict.fromkeys((q.group(1) if (q := _QUALIFIED.match(n)) and t.columns == "qualifier" else n)
+                              for n in first if n.startswith(t.each))
+        rows = [(n[len(t.each):] or n, "{" + n + "}") for n in bases]
+    if t.columns == "file":
+        head = [t.head, *(f"`{b.path.name}`" for b in files)]
+        body = [[label + _threshold(tpl, first), *(fill(tpl, b.figures, None) for b in files)] for label, tpl in rows]
+        return table(head, body)
+    if t.columns == "qualifier":
+        qs = _qualifiers(rows, first)
+        body = [[label + _threshold(tpl, first), *(fill(tpl, first, q) for q in qs)] for label, tpl in rows]
+        return table([t.head, *qs], body)
+    body = [[label, fill(tpl, first, None)] for label, tpl in rows]
+    judged = [f for _, tpl in rows for n in _names(tpl) if (f := first.get(n)) is not None and f.threshold is not None]
+    if judged:     # a column for the threshold and the verdict, when the table holds a judged figure
+        for row, (_, tpl) in zip(body, rows):
+            fs = [first[n] for n in _names(tpl) if n in first and first[n].threshold is not None]
+            row += [_threshold(tpl, first).strip(" ()") if fs else "", fs[0].verdict or "" if fs else ""]
+        return table([t.head, "value", "threshold", "verdict"], body)
+    return table([t.head, "value"], body)
 
 
-RENDERERS: dict[str, Callable[[Path, dict], str]] = {
-    "burst": _burst, "knee": _knee, "apf": _apf, "preflight": _preflight, "prometheus": _prometheus,
-    "watch_bandwidth": _watch,
+def render(block: Block, files: list[BenchFile]) -> str:
+    """A block: its tables, its notes (from the first file's figures), the source line of each file."""
+    out = [render_table(t, files) for t in block.tables]
+    out += [fill(n, files[0].figures, None) for n in block.notes]
+    out += [source(b.path, b.context, block.versions) for b in files]
+    return "\n\n".join(out)
+
+
+# ---- the tables of the docs ---------------------------------------------------------------------------
+
+T = Table
+COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
+PROCESSES = (*COMPONENTS, "harness (this process)")
+
+BLOCKS: dict[str, Block] = {
+    "bringup": Block("bringup*.json", (T("bring-up", columns="file", rows=(
+        ("nodes", "{nodes:n}"),
+        ("heartbeat factor (node lease and monitor periods × it)", "{heartbeat_factor}"),
+        ("node lease writes/s (real kubelets at this size)",
+         "{lease_writes_per_second} ({real_kubelet_lease_writes_per_second:n})"),
+        ("kube-controller-manager client QPS", "{kcm_api_qps:n}"),
+        ("all nodes Ready=True, after the first create", "**{seconds_to_all_ready}**"),
+        ("all nodes schedulable (not-ready taint lifted)", "**{seconds_to_all_schedulable}**"),
+        ("creating the Node objects", "{seconds_create_all_nodes}"),
+        ("control plane start", "{seconds_control_plane_start}"),
+        ("kube-apiserver peak RSS", "{apiserver_peak_rss_bytes}"),
+        ("etcd peak RSS", "{etcd_peak_rss_bytes}"),
+        ("kwok peak RSS", "{kwok_peak_rss_bytes}"),
+        ("kube-controller-manager peak RSS", "{kube_controller_manager_peak_rss_bytes}"),
+        ("kube-scheduler peak RSS", "{kube_scheduler_peak_rss_bytes}"),
+        ("control plane CPU, idle at full size (mean over the window)",
+         "**{control_plane_cpu_cores_idle}** (over {idle_window_seconds})"),
+        *((f"- of it {c}", f"{{control_plane_cpu_cores_idle[{c}]}}") for c in sorted(COMPONENTS)),
+        *((f"{c} CPU from its start through bring-up", f"{{control_plane_cpu_seconds_through_bringup[{c}]}}")
+          for c in sorted(COMPONENTS)),
+        ("control plane cores from its start to all schedulable (of the machine's CPUs)",
+         "**{control_plane_cores_through_bringup:n}**"),
+        *((f"first create to {moment}: the machine's CPUs busy; the shortest it could be on them (CPU-s of work)",
+           f"**{{machine_busy_percent_to_{w}}}**; {{cpu_bound_seconds_to_{w}}} ({{machine_busy_cpu_seconds_to_{w}}})")
+          for w, moment in (("all_ready", "all Ready=True"),)),
+        *((f"- of it {p}", f"{{cpu_seconds_to_all_ready[{p}]}}") for p in sorted(PROCESSES)),
+        ("first create to all schedulable: the machine's CPUs busy; the shortest it could be on them (CPU-s of work)",
+         "**{machine_busy_percent_to_all_schedulable}**; {cpu_bound_seconds_to_all_schedulable} "
+         "({machine_busy_cpu_seconds_to_all_schedulable})"),
+        *((f"- of it {p}", f"{{cpu_seconds_to_all_schedulable[{p}]}}") for p in sorted(PROCESSES)),
+        ("node lifecycle controller: median GET / PATCH of a node during bring-up",
+         "{node_lifecycle_get_node_median_s} / {node_lifecycle_patch_node_median_s}"),
+        ("nodes made schedulable per second, first create to all schedulable; the node lifecycle controller's "
+         "8 workers' bound at just those medians",
+         "{nodes_per_s_to_all_schedulable}«; **{node_lifecycle_rate_bound_nodes_per_second}**»"),
+        ("node lifecycle controller, its own metrics: workers busy while its queue was full, for how long "
+         "(the queue's peak)", "**{node_lifecycle_queue_busy_workers_mean:n} of {node_lifecycle_queue_workers:n}** for "
+         "{node_lifecycle_queue_saturated_seconds} ({node_lifecycle_queue_peak_queue_depth})"),
+        ("node lifecycle controller: one node (GET + PATCH), mean, and the rate; its client's GET / PATCH, mean",
+         "**{node_lifecycle_queue_item_mean_s}**, {node_lifecycle_queue_items_per_second}; "
+         "{node_lifecycle_queue_kcm_client_get_mean_s} / {node_lifecycle_queue_kcm_client_patch_mean_s}"),
+    )),), notes=("Ready means -- all_ready: every node reports Ready=True; all_schedulable: and the node lifecycle "
+                 "controller has lifted its not-ready taint.",)),
+    "apf": Block("apf.json", (
+        T("flood: a Limited level and a flow schema of its own", rows=(
+            ("users; seconds of creates/LISTs/GETs; the flood's length",
+             "{flood_users:n}; {flood_noise_s}; {flood_seconds}"),
+            ("the flood's level: nominal concurrency shares; rejects at once (no queues)",
+             "{flood_level_shares:n}; {flood_level_rejects}"),
+            ("429s to the run's own flow schema (per second)",
+             "{flood_429_own_flow_schema:n} ({flood_429_per_s_own_flow_schema:n}/s)"),
+            ("429s to any other flow schema", "{flood_429_other_flow_schemas:n}"),
+            ("5xx from the apiserver", "{flood_apiserver_5xx:n}"),
+            ("well-behaved client (another flow) p99: before / during / after",
+             "{well_behaved_p99_s[baseline]} / {well_behaved_p99_s[flood]} / {well_behaved_p99_s[recovery]}, "
+             "{well_behaved_429:n} × 429"),
+            ("its pods created during the flood: started, startup p99 (timestamps)",
+             "{probe_pods_started:n}, {probe_pod_startup_p99_s}"),
+            ("most overdue node-lease renewal; nodes NotReady", "{most_overdue_lease_renewal_s}; {nodes_not_ready:n}"),
+            ("flood end → recovered", "{seconds_flood_end_to_recovered}"))),
+        T("clients of the flood", columns="qualifier", rows=(
+            ("pods created of planned", "{created:n} of {planned:n}"),
+            ("429s per created pod", "{responses_429_per_created_pod}"),
+            ("last create after the flood started", "{seconds_flood_start_to_last_create}"))),
+        T("Retry-After values seen (429s that carried it)", columns="qualifier", rows=(
+            ("responses", "{retry_after_responses:n}"),)),
+        T("nodes joining as `system:node:<name>`", columns="qualifier", rows=(
+            ("nodes", "{join_nodes:n}"),
+            ("registration latency p50 / p99", "{join_latency_p50_s} / {join_latency_p99_s}"),
+            ("all registered / all Ready=True, after the first registration",
+             "{seconds_to_register_all} / {seconds_to_all_ready}"),
+            ("429s, 5xx, existing nodes NotReady", "{join_429:n}, {join_5xx:n}, {existing_nodes_not_ready:n}"),
+            ("another flow's p99 / mutating p99 meanwhile",
+             "{join_well_behaved_p99_s} / {join_well_behaved_mutating_p99_s}"))),
+        T("the joins' requests, classified", columns="qualifier", each="join_requests_classified "),
+        T("where APF put each component's traffic after bring-up", each="requests_classified "))),
+    "burst": Block("burst.json", (T("burst pod creation", rows=(
+        ("burst: jobs × whole-node pods, locust users (as a ServiceAccount token: APF flow schema service-accounts)",
+         "{burst_jobs:n} × {burst_job_size:n}, {burst_users:n} users"),
+        ("pods created", "{pods_created}"),
+        ("create rate, locust", "**{create_qps}**"),
+        ("create rate, an independent client (same token, same requests in flight)", "{create_qps_second_client}"),
+        ("ratio locust / independent client (the generator is not the bottleneck)", "{create_rate_ratio}"),
+        ("pod create p50 / p99, client side (locust)", "{create_latency_p50_s} / {create_latency_p99_s}"),
+        ("pod create p50 / p99, apiserver's histogram",
+         "{create_latency_server_p50_s} / **{create_latency_server_p99_s}**"),
+        ("scheduling throughput (kube-scheduler, client QPS / burst)",
+         "{scheduling_throughput_pods_per_s} ({scheduler_client_qps:n} / {scheduler_client_burst:n})"),
+        ("pod startup p50 / p99 (watched)", "{pod_startup_p50_s} / {pod_startup_p99_s}"),
+        ("of it created → bound p99", "{created_to_bound_p99_s}"),
+        ("bound → Running p99", "{bound_to_running_p99_s}"),
+        ("first create → job bound, per job", "{first_create_to_job_bound_s[*]}"),
+        ("429 responses", "{responses_429:n}"),
+        ("one gang through Coscheduling (scheduler-plugins): pods, admission latency (last create → all bound)",
+         "{gang_size:n}, {gang_admission_latency_s}"))),), versions=("scheduler-plugins",)),
+    "burst_workers": Block("burst_workers.json", (T(
+        "locust workers (processes on this machine)", columns="qualifier", rows=(
+        ("create rate", "{create_qps}"),
+        ("pod create p99, apiserver's histogram", "{create_latency_server_p99_s}"),
+        ("pod create p50 / p99, client side", "{create_latency_p50_s} / {create_latency_p99_s}"),
+        ("pods created", "{pods_created:n}"),
+        ("429 responses", "{responses_429:n}"))),)),
+    "knee": Block("knee.json", (T("steady rate", columns="qualifier", rows=(
+        ("pods", "{pods:n}"),
+        ("create p99, apiserver", "{create_latency_server_p99_s}"),
+        ("create p99, locust", "{create_latency_p99_s}"),
+        ("startup p99, timestamps", "{pod_startup_server_p99_s}"),
+        ("startup p99, watch", "{pod_startup_p99_s}"),
+        ("watch lag p99, created / Running", "{watch_lag_created_p99_s} / {watch_lag_running_p99_s}"),
+        ("bound per s", "{scheduling_throughput_pods_per_s:n}"),
+        ("SLOs hold", "{slos_hold}"))),),
+        notes=("The knee: **{knee_pods_per_s}**, the highest step rate at which pod-create p99 (apiserver "
+               "histogram) and pod-startup p99 (creationTimestamp -> Ready) both held, every pod Running.",)),
+    "preflight": Block("preflight.json", (T("GPU preflight", rows=(
+        ("checker, simulated machines (faulty) in one process", "{checker_machines:n} ({checker_faulty:n})"),
+        ("- its time, a machine; wrong verdicts",
+         "**{checker_one_process_s}**, {checker_per_machine_ms}; {checker_wrong_verdicts:n}"),
+        ("checker, a process per machine (measured on a sample): each, projected",
+         "{checker_process_per_machine_s}, {checker_process_per_machine_projected_s} "
+         "(sample {checker_process_per_machine_sample:n})"),
+        ("nodes join at once (faulty, fault kinds)", "{join_nodes:n} ({join_faulty:n}, {join_fault_kinds:n})"),
+        ("- created and Ready / all decided", "{join_created_and_ready_s} / {join_all_decided_s}"),
+        ("join → quarantine p50 / p99 (nodes)",
+         "{join_to_quarantine_p50_s} / {join_to_quarantine_p99_s} ({join_to_quarantine_n:n})"),
+        ("join → release p50 / p99 (nodes)",
+         "{join_to_release_p50_s} / {join_to_release_p99_s} ({join_to_release_n:n})"),
+        ("agent's API requests per joining node decided", "{join_agent_requests_per_decided_node:n}"),
+        ("the whole control plane's requests during the join", "{join_apiserver_requests:n}"),
+        ("the agent's checker time per node", "{join_agent_check_ms}"),
+        ("nodes go bad in service at once; cap", "{in_service_faults:n}; {in_service_cap:n}"),
+        ("- waves; at most out at once", "{in_service_wave_nodes[*]:n}; {in_service_most_out_at_once:n}"),
+        ("fault → cordoned p50 / p99 (nodes)",
+         "{fault_to_cordoned_p50_s} / {fault_to_cordoned_p99_s} ({fault_to_cordoned_n:n})"),
+        ("fault → drained p50 / p99 (nodes)",
+         "{fault_to_drained_p50_s} / {fault_to_drained_p99_s} ({fault_to_drained_n:n})"),
+        ("PodDisruptionBudget: pods under it; never fewer Ready than; evictions refused (429) and retried",
+         "{in_service_replicas_under_pdb:n}; {in_service_fewest_ready:n}; {in_service_evictions_refused_429:n}"),
+        ("agent's API requests per node remediated", "{in_service_agent_requests_per_remediated_node:n}"),
+        ("the control plane's requests over the in-service phase", "{in_service_apiserver_requests:n}"),
+        ("an active sweep of the in-service nodes", "{in_service_sweep_s_last} ({in_service_sweep_nodes_last})"))),),
+        notes=("GPUs: simulated, go-nvml mock DGX H100 machines through the project's libnvidia-ml.so.1 "
+               "(real pynvml).",)),
+    "prometheus": Block("prometheus.json", (
+        T("the history Prometheus holds", rows=(
+            ("nodes, their series (of them buckets), samples",
+             "{history_nodes:n}, {history_series} ({history_bucket_series:n}), {history_samples}"),
+            ("minutes at an interval of", "{history_minutes:n} at {history_interval_s}"),
+            ("built in", "{history_build_s}"))),
+        T("Prometheus", columns="qualifier", rows=(
+            ("`--query.timeout` / `--query.max-samples` / `--query.max-concurrency`",
+             "{query_timeout_s} / {query_max_samples} / {query_max_concurrency}"),
+            ("cluster-wide `histogram_quantile` over every bucket: status after",
+             "{seed_histogram_quantile_status} after {seed_histogram_quantile_elapsed_s}«, "
+             "{seed_histogram_quantile_samples_read} read»«, peak {seed_histogram_quantile_peak_samples}»"),
+            ("the same as a long range query",
+             "{seed_long_range_status} after {seed_long_range_elapsed_s}«, {seed_long_range_samples_read} read»"
+             "«, peak {seed_long_range_peak_samples}»"),
+            ("the same with a larger `timeout=` asked by the client",
+             "asked {request_timeout_asked_s}: {request_timeout_status} after {request_timeout_elapsed_s}"
+             "«, {request_timeout_samples_read} read»"),
+            ("high-resolution range query over 3 nodes' series",
+             "{max_samples_status} after {max_samples_elapsed_s}«, {max_samples_samples_read} read»"
+             "«, peak {max_samples_peak_samples}»"),
+            ("seed quantiles at once: status, answered after, in Prometheus' queue",
+             "{burst_queries:n} queries, {burst_status}, {burst_elapsed_min_s:n}–{burst_elapsed_max_s}, "
+             "{burst_queue_s}"),
+            ("**peak RSS** (idle)", "**{peak_rss_bytes}** ({idle_rss_bytes})"),
+            ("the RSS bound the suite allows (from the idle RSS and the series selected)", "{limit_bound_bytes}"),
+            ("the watchdog's bound (it kills the Prometheus without limits above it)", "{memory_bound_bytes}"),
+            ("`/api/v1/series` `{le!=\"\"}` with `limit=`",
+             "{series_limited_status} after {series_limited_elapsed_s}, {series_limited_series}"),
+            ("`/api/v1/series` `{le!=\"\"}`, no limit: answer, size, RSS idle → peak",
+             "{series_unbounded_status} after {series_unbounded_elapsed_s}, {series_unbounded_series}, "
+             "{series_unbounded_bytes:dec}, {series_unbounded_idle_rss_bytes} → {series_unbounded_peak_rss_bytes}"),
+            ("a cheap query right after", "{cheap_after_status} after {cheap_after_elapsed_s}"))),
+        T("WAL replay", columns="qualifier", rows=(
+            ("WAL replay, min / median / max",
+             "{wal_replay_duration_min_s:n} / {wal_replay_duration_median_s:n} / {wal_replay_duration_max_s}"),
+            ("restart to `/-/ready`, min / median / max", "{ready_min_s:n} / {ready_median_s:n} / {ready_max_s}"))),
+        T("the WAL replayed", rows=(
+            ("series × scrapes, bytes of WAL", "{wal_series:n} × {wal_scrapes:n}, {wal_bytes:dec}"),))),
+        notes=("Status 422 with limits: Prometheus' `execution` error, the query cut off at `--query.timeout` "
+               "(\"context deadline exceeded\") or refused above `--query.max-samples` (\"query processing would "
+               "load too many samples into memory\"); the answers' texts are in the file's data.",),
+        versions=("prometheus",)),
+    "watch_bandwidth": Block("watch_bandwidth.json", (
+        T("bytes per churn change per watcher", columns="qualifier", rows=(
+            ("EndpointSlice protobuf", "{bytes_per_churn_change endpointslices/protobuf:dec}"),
+            ("EndpointSlice JSON", "{bytes_per_churn_change endpointslices/json:dec}"),
+            ("Endpoints protobuf", "{bytes_per_churn_change endpoints/protobuf:dec}"),
+            ("Endpoints JSON", "{bytes_per_churn_change endpoints/json:dec}"),
+            ("Endpoints / EndpointSlice (protobuf)", "{endpoints_to_endpointslice_bytes protobuf}"),
+            ("Endpoints truncated (over capacity)", "{endpoints_truncated}"),
+            ("harness vs `apiserver_watch_events_sizes`, largest difference",
+             "{apiserver_agreement_largest_difference}"))),
+        T("the churn", rows=(
+            ("pods created / deleted per second", "{pods_created_per_s:n} / {pods_deleted_per_s:n}"),
+            ("watchers per API and encoding", "{watchers_per_api_and_encoding:n}"),
+            ("projection: changes per node per hour, one watcher per node", "{projection_changes_per_node_hour:n}"))),
+        T("projected watch egress", columns="qualifier", each="projected_egress "),
+        T("streams (all APIs and encodings)", columns="qualifier", rows=(
+            ("watchers per API and encoding", "{watchers_per_group:n}"),
+            ("every watcher kept up", "{kept_up}"),
+            ("received", "{received_mb_per_s}"),
+            ("delivery spread p99 (worst API/encoding)", "{delivery_spread_p99_s_worst}"),
+            ("harness CPU", "{harness_cpu_s}"),
+            ("kube-apiserver CPU", "{apiserver_cpu_s}"),
+            ("window", "{window_s}")))),
+        notes=("Bytes as framed on the watch stream (JSON line with newline, protobuf frame with its 4-byte "
+               "length).",)),
 }
 
 
-def _read(path: Path) -> dict:
+def read(path: Path) -> BenchFile:
+    """A bench file as a table may read it: its context and its figures (``Figure.from_json``), never its data."""
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise BenchTablesError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(d, dict):
         raise BenchTablesError(f"{path}: not a JSON object")
-    return d
+    figs = d.get("figures")
+    if not isinstance(figs, list) or not figs:
+        raise BenchTablesError(f"{path}: no \"figures\" list (every bench writes one through "
+                               f"clusterproof.bench.common.write; a file of another shape cannot be tabulated)")
+    try:
+        figures = [Figure.from_json(f) for f in figs]
+    except (TypeError, ValueError, AttributeError) as e:
+        raise BenchTablesError(f"{path}: a figure does not load ({type(e).__name__}: {e})") from None
+    context = {k: v for k, v in d.items() if k not in ("figures", "data")}
+    return BenchFile(path, context, {f.name: f for f in figures})
 
 
 def blocks(bench_dir: Path) -> dict[str, str]:
-    """Every table block, by name: ``bringup`` for all ``bringup*.json``, the file's stem otherwise."""
+    """Every table block, by name: those of ``BLOCKS`` whose files exist, and for any other bench file a
+    table of all its figures under its stem."""
     files = sorted(bench_dir.glob("*.json"))
     if not files:
         raise BenchTablesError(f"{bench_dir}: no *.json bench files")
     out: dict[str, str] = {}
-    bringups = [(p, _read(p)) for p in files if p.stem.startswith("bringup")]
-    if bringups:
-        bringups.sort(key=lambda pd: (pd[0].stem != "bringup", pd[0].stem))
-        out["bringup"] = _bringup(bringups)
+    taken: set[Path] = set()
+    for name, block in BLOCKS.items():
+        # The file the glob names without its wildcard first (bringup.json), then the variants by name.
+        mine = sorted((p for p in files if fnmatch.fnmatch(p.name, block.files)),
+                      key=lambda p: (p.name != block.files.replace("*", ""), p.stem))
+        if mine:
+            out[name] = render(block, [read(p) for p in mine])
+            taken.update(mine)
     for p in files:
-        if p.stem.startswith("bringup"):
-            continue
-        d = _read(p)
-        render = RENDERERS.get(p.stem) or (_figures if d.get("figures") else _fallback)
-        try:
-            out[p.stem] = render(p, d)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise BenchTablesError(f"{p}: cannot render ({type(e).__name__}: {e})") from None
+        if p not in taken:
+            out[p.stem] = render(Block(p.name, (Table(p.stem, each=""),)), [read(p)])
     return out
 
 

@@ -1,0 +1,89 @@
+"""The committed bench files have one shape, and the docs' tables read only their figures (pure files).
+
+- Every ``reports/bench/*.json`` holds a non-empty ``figures`` list whose entries load with
+  ``Figure.from_json`` (each a ``bench <name>`` figure), beside its context and its ``data``.
+- Those figures are what the bench's own ``figures(data)`` makes of the data beside them: one route
+  from a measurement to a figure, for a file written today and for one converted from an older shape.
+- ``benchtables`` renders every table from the figures and the context only: the same tables with
+  every file's ``data`` removed (negative control: a table naming a figure no file has says
+  "not measured").
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from clusterproof import CHECKOUT
+from clusterproof.bench import apf, bringup, burst, knee, preflight, prometheus, watch_bandwidth
+from clusterproof.core.measurement import Figure
+from clusterproof.report import benchtables
+
+pytestmark = pytest.mark.selftest
+
+BENCH = CHECKOUT / "reports" / "bench"
+FILES = sorted(BENCH.glob("*.json"))
+# Each committed file's bench, by file name: the function that makes its figures from its data.
+FIGURES = {"apf": apf.figures, "bringup": bringup.figures, "burst": burst.figures,
+           "burst_workers": burst.workers_figures, "knee": knee.figures, "preflight": preflight.figures,
+           "prometheus": prometheus.figures, "watch_bandwidth": watch_bandwidth.figures}
+
+
+def _bench(path) -> str:
+    return "bringup" if path.stem.startswith("bringup") else path.stem
+
+
+def test_there_are_bench_files():
+    assert len(FILES) >= 11, FILES
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_bench_file_has_typed_figures(path):
+    d = json.loads(path.read_text())
+    assert isinstance(d.get("figures"), list) and d["figures"], f"{path.name}: no figures list"
+    figs = [Figure.from_json(f) for f in d["figures"]]
+    assert all(f.check == f"bench {_bench(path)}" and f.name and f.unit is not None for f in figs), path.name
+    assert len({f.name for f in figs}) == len(figs), f"{path.name}: a figure name twice"
+    assert isinstance(d.get("data"), dict) and (d.get("date") or d.get("measured_at")), path.name
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_a_files_figures_are_what_its_bench_makes_of_its_data(path):
+    d = json.loads(path.read_text())
+    made = [f.to_json() for f in FIGURES[_bench(path)](d["data"])]
+    assert made == d["figures"], f"{path.name}: its figures are not what its bench derives from its data"
+
+
+def test_every_table_is_rendered_from_the_figures_only(tmp_path):
+    full = benchtables.blocks(BENCH)
+    bare = tmp_path / "bench"
+    shutil.copytree(BENCH, bare)
+    for path in bare.glob("*.json"):
+        d = json.loads(path.read_text())
+        d.pop("data")
+        path.write_text(json.dumps(d))
+    assert benchtables.blocks(bare) == full
+    assert set(full) >= {"bringup", "apf", "burst", "burst_workers", "knee", "preflight", "prometheus",
+                         "watch_bandwidth"}
+    # Negative control: without the figure a row names, the row says so.
+    knee_file = bare / "knee.json"
+    d = json.loads(knee_file.read_text())
+    d["figures"] = [f for f in d["figures"] if not f["name"].startswith("create_latency_p99_s[")]
+    knee_file.write_text(json.dumps(d))
+    assert "| create p99, locust | not measured | not measured |" in benchtables.blocks(bare)["knee"]
+
+
+def test_a_cell_template_fills_formats_and_leaves_out_what_has_no_value():
+    figs = {f.name: f for f in (Figure.of("b", "p99[a]", 1.5, "s", 2.0), Figure.of("b", "p99[b]", None, "s"),
+                                Figure.of("b", "rss[a]", 3 * 2 ** 20, "B"), Figure.of("b", "n[a]", 1200, "pods"),
+                                Figure.of("b", "ok[a]", True, "bool"), Figure.of("b", "wire[a]", 2_500_000, "B"))}
+    fill = benchtables.fill
+    assert fill("{p99} «peak {rss}»", figs, "a") == "1.5 s peak 3 MiB"
+    assert fill("{p99} «peak {rss}»", figs, "b") == "-- "                 # rss[b] absent: its part left out
+    assert fill("{n:n} of {n}; {ok}; {wire:dec}", figs, "a") == "1,200 of 1,200 pods; yes; 2.5 MB"
+    assert fill("{p99[*]}", figs, None) == "1.5 s / --"
+    assert fill("{nothing}", figs, "a") == benchtables.MISSING
+    t = benchtables.Table("x", rows=(("p99", "{p99}"),), columns="qualifier")
+    assert benchtables.render_table(t, [benchtables.BenchFile(BENCH / "x.json", {}, figs)]).splitlines() == [
+        "| x | a | b |", "|---|---|---|", "| p99 (≤ 2 s) | 1.5 s | -- |"]
