@@ -314,12 +314,12 @@ def test_a_run_lease_another_process_holds_now_is_not_released(cluster, lines, m
 def test_a_review_the_run_asks_for_is_not_recorded_as_an_object_it_made(cluster):
     """A SelfSubjectReview is a create that stores nothing: recorded as pending, the run's end would LIST
     selfsubjectreviews to find it and get 405 (seen: a child run kept its Lease and record after it)."""
-    from clusterproof.kube.apicalls import Recorder
+    from clusterproof.kube.apicalls import CallRecorder
     from clusterproof.kube.client import load_client
     from clusterproof.kube.ownership import owned_objects, read_records
     rid = f"review-{os.urandom(2).hex()}"
     api = load_client(str(cluster.kubeconfig), None)
-    record = OwnerRecord(api, HOME, rid).create().attach(Recorder().install(api))
+    record = OwnerRecord(api, HOME, rid).create().attach(CallRecorder().install(api))
     try:
         raw_request(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
                     body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).data

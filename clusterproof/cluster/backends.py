@@ -45,7 +45,7 @@ from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import access, apimetrics
 from clusterproof.kube import flowcontrol as apf
-from clusterproof.kube.apicalls import Recorder
+from clusterproof.kube.apicalls import CallRecorder
 from clusterproof.kube.client import check_reachable, get_if_present, is_simulated, load_client, raw_request, server_url
 from clusterproof.kube.liveness import RunLease
 from clusterproof.kube.namespaces import Created, Pool
@@ -102,7 +102,7 @@ class Cluster:
     # Where the run's objects live: namespaces it creates (embedded) or claims from the pool.
     namespaces: Created | Pool | None = None
     # Every request of the harness's identity (clusterproof.kube.apicalls), for the permission self-test and report.
-    calls: Recorder = field(default_factory=Recorder)
+    calls: CallRecorder = field(default_factory=CallRecorder)
     # The uids of what the run created outside its namespaces (a cluster it does not own).
     record: OwnerRecord | None = None
     # The shipped RBAC manifest the run was checked against (a cluster it does not own).
@@ -213,7 +213,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
             (kc.directory / "keep").touch()
         t_started = time.monotonic()
         api = load_client(kc.kubeconfig, pool_size=max(16, profile.node_create_concurrency))
-        calls = Recorder().install(api)
+        calls = CallRecorder().install(api)
         version = check_reachable(api)["gitVersion"]
         if kc.component_identities:
             identities.grant_simulated_kubelets(api)
@@ -349,7 +349,7 @@ def ownership(api: client.ApiClient, as_real_cluster: bool) -> tuple[bool, str]:
     return False, "a guest: not an embedded cluster the harness started on this machine, reached as its admin"
 
 
-def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,
+def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: CallRecorder, destructive: bool,
                    as_real_cluster: bool) -> Standing:
     """Before any test, on a cluster named by a kubeconfig: reachable, the identity holds what the shipped
     manifest grants (``destructive``: its destructive part too), and the profile asks nothing a guest may not
@@ -373,7 +373,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
                      on_lease_lost: Callable[[str], None] | None = None,
-                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = (),
+                     calls: CallRecorder | None = None, local_sweeps: Sequence[LocalSweep] = (),
                      owned: bool | None = None, why: str = "") -> Cluster:
     """A cluster named by a kubeconfig (``manifest``: what the harness was granted there, checked at configure).
 
@@ -386,7 +386,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
     """
     sweep_local(progress, clusters=False, others=local_sweeps)
     api = load_client(kubeconfig, context)
-    calls = (calls or Recorder()).install(api)
+    calls = (calls or CallRecorder()).install(api)
     version = check_reachable(api)["gitVersion"]
     if owned is None:     # a caller that did not ask before (the benches)
         owned, why = ownership(api, as_real_cluster=False)
