@@ -263,7 +263,7 @@ def test_a_run_that_lost_its_pool_namespace_gives_it_back_without_emptying_it(cl
     """Run A held a pool namespace, lost its Lease, and run B took the namespace over and works in it. A's
     give_back (its ``finally``) then empties nothing -- emptying removes every Event there, B's too -- and says
     why in one line. Negative control: emptying it as A did before removes B's work."""
-    from clusterproof.kube.namespaces import Pool
+    from clusterproof.kube.namespaces import NamespacePool
     api = cluster.api
     b, ns = f"b-{_tag()}", f"cp-pool-{_tag()}"
     create_namespace(api, ns)              # stands for a pool namespace the SRE provisioned
@@ -273,7 +273,7 @@ def test_a_run_that_lost_its_pool_namespace_gives_it_back_without_emptying_it(cl
         mine = Claims(api, HOME, b, NAMESPACE_CLAIM)
         assert mine.try_take(ns, mine.alive()) is None
         work = _event(api, ns, b)
-        stale = Pool(api, a, HOME, [ns], say=lines.append)
+        stale = NamespacePool(api, a, HOME, [ns], say=lines.append)
         stale.held.add(ns)
         stale.give_back(ns)
         assert get_if_present(api, work) is not None, "the run that lost the namespace emptied it of B's work"

@@ -48,7 +48,7 @@ from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.apicalls import CallRecorder
 from clusterproof.kube.client import check_reachable, get_if_present, is_simulated, load_client, raw_request, server_url
 from clusterproof.kube.liveness import RunLease
-from clusterproof.kube.namespaces import Created, Pool
+from clusterproof.kube.namespaces import Created, NamespacePool
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.sweep import Sweep, sweep
@@ -100,7 +100,7 @@ class Cluster:
     # components' traffic is classified by API Priority and Fairness (report environment).
     apf: apf.Classification | None = None
     # Where the run's objects live: namespaces it creates (embedded) or claims from the pool.
-    namespaces: Created | Pool | None = None
+    namespaces: Created | NamespacePool | None = None
     # Every request of the harness's identity (clusterproof.kube.apicalls), for the permission self-test and report.
     calls: CallRecorder = field(default_factory=CallRecorder)
     # The uids of what the run created outside its namespaces (a cluster it does not own).
@@ -400,7 +400,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
         # A guest works only in the provisioned pool, whatever the nodes are; on its own embedded cluster the
         # harness creates namespaces (and labels them for team checks).
         spaces = (Created(api, run_id) if owned else
-                  Pool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
+                  NamespacePool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
         record = OwnerRecord(api, manifest.home, run_id, lambda: spaces.held).create().attach(calls)
         progress(f"using existing cluster at {server_url(api)} (Kubernetes {version}; {why}; "
                  f"{'every node a kwok node' if simulated else 'real nodes'}); "
