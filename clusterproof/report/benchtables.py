@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
+from clusterproof.core.texttable import markdown_table as table
+
 COMMAND = "clusterproof bench-tables --write"
 OPEN = "<!-- bench-tables: {} -->"
 CLOSE = "<!-- /bench-tables: {} -->"
@@ -120,13 +122,6 @@ def source(path: Path, d: dict) -> str:
                                   f"Kubernetes {version}" if version else "") if x)
     return (f"*`reports/bench/{path.name}`, measured {_date(d)}; {how}; {machine}"
             + (f"; {where}" if where else "") + ".*")
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table (a ``|`` inside a cell is escaped)."""
-    def line(cells):
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
 
 
 # ---- one renderer per shape ------------------------------------------------------------------------
