@@ -65,7 +65,7 @@ def _compare(argv: list[str]) -> int:
 
     from clusterproof.config.profile import load_profile
     from clusterproof.core.errors import ArgumentParser, HarnessError
-    from clusterproof.report.compare import REGRESSION_EXIT, SummaryError, Tolerance, compare, load, text_table
+    from clusterproof.report.compare import REGRESSION_EXIT, SummaryError, Tolerance, compare, load, text_report
     ap = ArgumentParser(prog="clusterproof compare",
                                  description="Compare a clusterproof summary with a baseline (exit 6 on a regression).")
     ap.add_argument("baseline", help="a summary.json of an earlier run (out/runs/<run id>/summary.json), "
@@ -85,7 +85,7 @@ def _compare(argv: list[str]) -> int:
     except SummaryError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.USAGE
-    print(text_table(c))
+    print(text_report(c))
     if a.json:
         Path(a.json).write_text(json.dumps(c.to_json(), indent=2))
     return REGRESSION_EXIT if c.regressed else 0

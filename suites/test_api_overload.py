@@ -122,8 +122,8 @@ def test_overload_is_shed_with_429_and_retry_after(flood, profile, figures):
     headers of its own FlowSchema and level, and no other level rejects anything. Red: the flood was queued or
     absorbed instead of rejected, a 429 lacked ``Retry-After``, or a request got a 5xx or no answer."""
     run = flood
-    for fig in plots(run, profile):
-        fig.attach()
+    for plot in plots(run, profile):
+        plot.attach()
     allure.attach(json.dumps(run.summary, indent=2), "flood: responses per client kind", allure.attachment_type.JSON)
     kinds = run.clients().values()
     r429 = sum(k.responses_429 for k in kinds)

@@ -43,7 +43,7 @@ from clusterproof.burst.plan import burst as burst_phase
 from clusterproof.burst.plan import job_bound_s
 from clusterproof.core.stats import percentile
 from clusterproof.fixtures import PROFILE
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 # Floods the API server with pod creates: opt-in on real clusters (--cp-allow-destructive).
 pytestmark = pytest.mark.destructive
@@ -133,12 +133,12 @@ def _real_node_startup(run, kwok_lat: list[float], slo: float, figures) -> tuple
     p99 = percentile(times, 99) if times else math.inf
     allure.dynamic.tag("nodes:real")
     figures.add("pod startup p99, real node (kubelet + containerd), object timestamps", p99, "s", slo)
-    Figure("Steady phase: pod startup, real node beside kwok nodes (under the same load)",
-           "cumulative share of each kind's pods, sorted by start-up (%)", "created -> Ready (s, 1 s resolution)",
-           [Series(f"simulated (kwok nodes, {len(kwok_lat)} pods)", _ranked(kwok_lat), style="line"),
-            Series(f"real ({', '.join(real.nodes)}: kubelet + containerd, {len(times)} real containers)",
+    Plot("Steady phase: pod startup, real node beside kwok nodes (under the same load)",
+         "cumulative share of each kind's pods, sorted by start-up (%)", "created -> Ready (s, 1 s resolution)",
+         [Series(f"simulated (kwok nodes, {len(kwok_lat)} pods)", _ranked(kwok_lat), style="line"),
+          Series(f"real ({', '.join(real.nodes)}: kubelet + containerd, {len(times)} real containers)",
                    _ranked(times), style="line")],
-           {f"pod startup SLO (p99 <= {slo:g} s)": slo}).attach()
+         {f"pod startup SLO (p99 <= {slo:g} s)": slo}).attach()
     if real.void:
         return p99, f"clusterproof: {real.void}"
     if real.error or not times:

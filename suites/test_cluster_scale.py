@@ -20,6 +20,7 @@ from kubernetes.utils import parse_quantity
 
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.cluster.nodes import node_name
+from clusterproof.core.texttable import text_table
 from clusterproof.fixtures import PROFILE
 from clusterproof.kube import apimetrics
 from clusterproof.kube.client import list_raw
@@ -42,7 +43,7 @@ def nodes_by_pool(cluster, profile) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for n in items:
         out.setdefault(n["metadata"]["labels"][profile.pool_label], []).append(n)
-    allure.attach("\n".join(f"{k:30} {len(v):>6}" for k, v in sorted(out.items())),
+    allure.attach(text_table(["pool", "nodes"], [[k, len(v)] for k, v in sorted(out.items())], "<>"),
                   "nodes per pool", allure.attachment_type.TEXT)
     return out
 

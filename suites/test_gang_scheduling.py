@@ -34,7 +34,7 @@ import pytest
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.core.waiting import wait_for
 from clusterproof.gang import gangs as g
-from clusterproof.gang.backends import probe_once
+from clusterproof.gang.schedulers import probe_once
 
 # --- checks ---------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ from clusterproof.preflight.gpu_pods import (
 from clusterproof.preflight.mock_nvml import FAULTS, checker_env, library_dir, run_checker
 from clusterproof.preflight.phases import SAYS_WHY_S, go_bad_in_service, settle_join, what
 from clusterproof.preflight.run import WAIT_LABEL, remove_waiting_workloads
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 SHOW = 10
 
@@ -93,8 +93,8 @@ def _decision_plot(run, decided: dict[str, float], bound: float) -> None:
     series = [Series(label, [(order[n], decided[n]) for n in run.names
                              if n in decided and (run.faults.expected_code(n) != "") == faulty])
               for label, faulty in (("faulty: quarantined", True), ("healthy: released", False))]
-    Figure("Time from join to preflight decision, per node", "node (join order)", "time to decision (s)",
-           series, {f"bound (preflight_quarantine_timeout_s = {bound:g} s)": bound}).attach()
+    Plot("Time from join to preflight decision, per node", "node (join order)", "time to decision (s)",
+         series, {f"bound (preflight_quarantine_timeout_s = {bound:g} s)": bound}).attach()
 
 
 # --- 1. joining nodes -------------------------------------------------------------------------

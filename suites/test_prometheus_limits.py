@@ -56,6 +56,7 @@ import allure
 import pytest
 
 from clusterproof.core.run import metadata
+from clusterproof.core.texttable import text_table
 from clusterproof.core.timeparse import duration_s
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import apimetrics
@@ -323,10 +324,10 @@ def test_prometheus_kept_scraping_during_the_pathological_queries(pathological, 
     s = scrapes(prom, p.t_start, p.t_end, iv)
     assert s.max_gap_s, (f"no `up` series over the window (Prometheus answered {s.answer}: "
                          f"{str(s.answer.data)[:300]}): it scraped nothing")
-    allure.attach("\n".join(f"{job:60} interval {s.interval_s[job]:.1f} s  max gap {gap:.1f} s  "
-                            f"failed {s.failed[job]}  samples {s.samples[job]}"
-                            for job, gap in sorted(s.max_gap_s.items())), "scrapes during the queries",
-                  allure.attachment_type.TEXT)
+    allure.attach(text_table(["job", "interval", "max gap", "failed", "samples"],
+                             [[job, f"{s.interval_s[job]:.1f} s", f"{gap:.1f} s", s.failed[job], s.samples[job]]
+                              for job, gap in sorted(s.max_gap_s.items())], "<>>>>"),
+                  "scrapes during the queries", allure.attachment_type.TEXT)
     worst = max(s.max_gap_s, key=lambda j: s.max_gap_s[j] / s.interval_s[j])
     figures.add("longest gap between scrapes", s.max_gap_s[worst], "s", 1.5 * s.interval_s[worst])
     missed = {j: g for j, g in s.max_gap_s.items() if g >= 1.5 * s.interval_s[j]}

@@ -43,7 +43,7 @@ from clusterproof.kube.pods import create_pods, delete_pods, explain_pods
 from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events
 EVICT_TAINT = "clusterproof.io/evict-check"
@@ -240,10 +240,10 @@ def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_neve
         times = sorted(_epoch_us(e["stageTimestamp"]) for e in leases)
         gaps = [b - a for a, b in zip(times, times[1:])]
         rows.append((name, len(leases), times[-1] - times[0], max(gaps)))
-        Figure(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
-               "gap since the previous renewal (s)",
-               [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
-               {f"Lease duration ({realnodes.LEASE_DURATION_S} s)": realnodes.LEASE_DURATION_S}).attach()
+        Plot(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
+             "gap since the previous renewal (s)",
+             [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
+             {f"Lease duration ({realnodes.LEASE_DURATION_S} s)": realnodes.LEASE_DURATION_S}).attach()
         if max(gaps) > realnodes.LEASE_DURATION_S:
             problems.append(f"node {name}: its Lease went {max(gaps):.0f} s without renewal "
                             f"(duration {realnodes.LEASE_DURATION_S} s)")

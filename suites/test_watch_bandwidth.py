@@ -43,7 +43,7 @@ import pytest
 
 from clusterproof.fixtures import PROFILE
 from clusterproof.watch.analysis import size_with, within_budget
-from clusterproof.watch.figures import bytes_text, per_change, projection, projection_figure, summary
+from clusterproof.watch.figures import bytes_text, per_change, projection, projection_plot, summary
 from clusterproof.watch.measure import ENDPOINTS, SLICES
 from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY, OVER_CAPACITY
 from clusterproof.watch.wire import ENCODINGS, PROTOBUF
@@ -225,7 +225,7 @@ def test_endpoints_cost_per_change_stops_growing_at_the_truncation(watch_bandwid
     run, problems = watch_bandwidth, []
     allure.attach(json.dumps(summary(run, profile), indent=2), "watch bandwidth: every figure",
                   allure.attachment_type.JSON)
-    projection_figure(run, profile).attach()
+    projection_plot(run, profile).attach()
     for s in run.sizes:
         for enc in ENCODINGS:
             g, sl = s.group(ENDPOINTS, enc), s.group(SLICES, enc)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterproof.core.texttable import text_table
+
 ENV = "CLUSTERPROOF_CPU_PER_TEST"
 
 
@@ -74,11 +76,10 @@ def main(argv: list[str]) -> int:
         return 4
     modules = per_module(Path(argv[0]).read_text().splitlines())
     total = sum(m["cpu_s"] for m in modules.values())
-    print(f"{'module':36} {'CPU-s':>7} {'share':>6} {'own':>6} {'children':>9} {'cluster':>8} {'wall':>7}")
-    for name, m in modules.items():
-        print(f"{name:36} {m['cpu_s']:7.0f} {m['cpu_s'] / total:6.1%} {m['own_s']:6.0f} {m['children_s']:9.0f} "
-              f"{m['cluster_s']:8.0f} {m['wall_s']:7.0f}")
-    print(f"{'all':36} {total:7.0f}")
+    rows = [[name, f"{m['cpu_s']:.0f}", f"{m['cpu_s'] / total:.1%}",
+             *(f"{m[k]:.0f}" for k in ("own_s", "children_s", "cluster_s", "wall_s"))] for name, m in modules.items()]
+    rows.append(["all", f"{total:.0f}"])
+    print(text_table(["module", "CPU-s", "share", "own", "children", "cluster", "wall"], rows, "<>>>>>>"))
     return 0
 
 

@@ -72,7 +72,7 @@ def test_a_check_that_passed_in_the_baseline_and_fails_now_is_listed_first_and_r
     assert c.regressed and not c.regressions
     assert [(f.check, f.regressed) for f in c.flips] == [("suites/t.py::test_b", True),
                                                          ("suites/t.py::test_fixed", False)]
-    table = compare.text_table(c)
+    table = compare.text_report(c)
     assert table.index("test_b") < table.index("test_fixed") and "REGRESSED: 1 check(s) now failing" in table
 
 
@@ -180,7 +180,7 @@ def test_a_comparison_read_back_from_its_json_prints_the_same_table():
     c = compare.compare(_summary({"p99": (2.0, "s", "lower")}, {"c": "passed"}),
                         _summary({"p99": (3.0, "s", "lower")}, {"c": "failed"}), TOL)
     back = compare.Comparison.from_json(json.loads(json.dumps(c.to_json())))
-    assert compare.text_table(back) == compare.text_table(c) and back.regressed
+    assert compare.text_report(back) == compare.text_report(c) and back.regressed
 
 
 def test_a_long_key_keeps_the_figure_name_and_the_test_parameters():

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from clusterproof.core import measurement as m
-from clusterproof.core.measurement import Figure, Figures, Recorder
+from clusterproof.core.measurement import Figure, FigureRecorder, Figures
 from clusterproof.report import compare
 
 
@@ -40,8 +40,8 @@ def test_a_bad_direction_or_op_is_refused():
 def test_the_store_keeps_one_figure_per_key_and_groups_them_by_check():
     store = Figures()
     shown = []
-    a = Recorder("suites/test_a.py::test_1", store, shown=shown.append)
-    b = Recorder("suites/test_a.py::test_2", store)
+    a = FigureRecorder("suites/test_a.py::test_1", store, shown=shown.append)
+    b = FigureRecorder("suites/test_a.py::test_2", store)
     a.add("latency", 1.0, "s", 2.0)
     a.add("latency", 1.5, "s", 2.0)     # again: replaces
     a.add("count", 3, "pods")
@@ -71,7 +71,7 @@ def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_un
     with pytest.raises(RuntimeError), m.measuring(c):
         raise RuntimeError("the load failed")
     assert c.events == ["start", "dispose"]
-    Recorder("suites/test_b.py::test_c", store).extend(c.gather())
+    FigureRecorder("suites/test_b.py::test_c", store).extend(c.gather())
     assert [f.key for f in store.all()] == ["suites/test_b.py::test_c :: pods seen",
                                             "suites/test_b.py::test_c :: seconds"]
 

@@ -263,7 +263,7 @@ def test_a_run_that_lost_its_pool_namespace_gives_it_back_without_emptying_it(cl
     """Run A held a pool namespace, lost its Lease, and run B took the namespace over and works in it. A's
     give_back (its ``finally``) then empties nothing -- emptying removes every Event there, B's too -- and says
     why in one line. Negative control: emptying it as A did before removes B's work."""
-    from clusterproof.kube.namespaces import Pool
+    from clusterproof.kube.namespaces import NamespacePool
     api = cluster.api
     b, ns = f"b-{_tag()}", f"cp-pool-{_tag()}"
     create_namespace(api, ns)              # stands for a pool namespace the SRE provisioned
@@ -273,7 +273,7 @@ def test_a_run_that_lost_its_pool_namespace_gives_it_back_without_emptying_it(cl
         mine = Claims(api, HOME, b, NAMESPACE_CLAIM)
         assert mine.try_take(ns, mine.alive()) is None
         work = _event(api, ns, b)
-        stale = Pool(api, a, HOME, [ns], say=lines.append)
+        stale = NamespacePool(api, a, HOME, [ns], say=lines.append)
         stale.held.add(ns)
         stale.give_back(ns)
         assert get_if_present(api, work) is not None, "the run that lost the namespace emptied it of B's work"
@@ -314,12 +314,12 @@ def test_a_run_lease_another_process_holds_now_is_not_released(cluster, lines, m
 def test_a_review_the_run_asks_for_is_not_recorded_as_an_object_it_made(cluster):
     """A SelfSubjectReview is a create that stores nothing: recorded as pending, the run's end would LIST
     selfsubjectreviews to find it and get 405 (seen: a child run kept its Lease and record after it)."""
-    from clusterproof.kube.apicalls import Recorder
+    from clusterproof.kube.apicalls import CallRecorder
     from clusterproof.kube.client import load_client
     from clusterproof.kube.ownership import owned_objects, read_records
     rid = f"review-{os.urandom(2).hex()}"
     api = load_client(str(cluster.kubeconfig), None)
-    record = OwnerRecord(api, HOME, rid).create().attach(Recorder().install(api))
+    record = OwnerRecord(api, HOME, rid).create().attach(CallRecorder().install(api))
     try:
         raw_request(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
                     body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).data

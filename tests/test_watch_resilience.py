@@ -410,19 +410,19 @@ def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
 
     from clusterproof.watch.measure import wait_caught_up
 
-    class Pool:
+    class WatchPool:
         def caught_up(self, state, rv, watchers):
             return [f"#{w.index}" for w in watchers if w.view != state]
     final = ("20", {"ns/s1": "20"})
     live = SimpleNamespace(index=0, ended=None, view={"ns/s1": "20"})
     cut = SimpleNamespace(index=1, ended="ClientPayloadError: Response payload is not completed", view={})
     t0 = time.monotonic()
-    wait_caught_up(Pool(), [live, cut], final, timeout=30, what="caught up")
+    wait_caught_up(WatchPool(), [live, cut], final, timeout=30, what="caught up")
     assert time.monotonic() - t0 < 1
     behind = SimpleNamespace(index=2, ended=None, view={})
     from clusterproof.core.waiting import WaitTimeout
     with pytest.raises(WaitTimeout, match="#2"):
-        wait_caught_up(Pool(), [live, cut, behind], final, timeout=0.3, what="caught up")
+        wait_caught_up(WatchPool(), [live, cut, behind], final, timeout=0.3, what="caught up")
 
 
 # --- the preflight contract watch ----------------------------------------------------------------

@@ -47,7 +47,7 @@ from clusterproof.kube.client import raw_request
 from clusterproof.kube.ownership import REPLACED, delete_owned, owned_objects, read_records
 from clusterproof.kube.podtimeline import PodTimeline
 from clusterproof.kube.tokens import SERVICE_ACCOUNT, create_load_identity
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 # One fixed name for the flood's FlowSchema and level (and, for apf_flood_user, its impersonation
 # ClusterRole/Binding): clusterproof/kube/rbac-destructive.yaml can grant get/delete on exactly this name, and its
@@ -482,20 +482,20 @@ def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig,
             namespaces.give_back(probe_ns)
 
 
-def plots(run: FloodRun, profile) -> list[Figure]:
+def plots(run: FloodRun, profile) -> list[Plot]:
     """429s per second by flow schema, and the well-behaved client's latency, over the measurement."""
     t0 = run.phases.flood
     rej = fm.rejections_per_second(run.flows, t0)
     end = round(run.phases.flood_end - t0, 1)
-    f429 = Figure(title=f"429 responses per second by flow schema (flood from 0 s to {end:g} s)",
-                  xlabel="seconds since the flood started (s)", ylabel="429 responses per second (1/s)",
-                  series=[Series(fs, pts, style="line") for fs, pts in sorted(rej.items())] or
-                  [Series("no flow schema rejected anything", [(0.0, 0.0)], style="line")])
+    f429 = Plot(title=f"429 responses per second by flow schema (flood from 0 s to {end:g} s)",
+                xlabel="seconds since the flood started (s)", ylabel="429 responses per second (1/s)",
+                series=[Series(fs, pts, style="line") for fs, pts in sorted(rej.items())] or
+                [Series("no flow schema rejected anything", [(0.0, 0.0)], style="line")])
     series = []
     for phase in ("baseline", "flood", "recovery"):
         pts = [(round(s.t - t0, 3), round(s.latency_s, 4)) for s in run.probe_in(phase) if s.status]
         series.append(Series(f"{phase} ({run.probe_class[0]} -> {run.probe_class[1]})", pts))
-    lat = Figure(title="well-behaved client: latency of each request (its own ServiceAccount, another flow)",
-                 xlabel="seconds since the flood started (s)", ylabel="request latency (s)", series=series,
-                 thresholds={f"mutating SLO (p99 <= {profile.slo_mutating_p99_s:g} s)": profile.slo_mutating_p99_s})
+    lat = Plot(title="well-behaved client: latency of each request (its own ServiceAccount, another flow)",
+               xlabel="seconds since the flood started (s)", ylabel="request latency (s)", series=series,
+               thresholds={f"mutating SLO (p99 <= {profile.slo_mutating_p99_s:g} s)": profile.slo_mutating_p99_s})
     return [f429, lat]

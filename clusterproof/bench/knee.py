@@ -23,7 +23,7 @@ from pathlib import Path
 from clusterproof.bench import common
 from clusterproof.burst import plan
 from clusterproof.burst.measure import clear_phase, run_phase, schedulable_shared_nodes
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 KEEP = ("create_qps", "create_latency_server_p99_s", "create_latency_p99_s", "pod_startup_server_p50_s",
         "pod_startup_server_p99_s", "pod_startup_p99_s", "watch_lag_created_p99_s", "watch_lag_running_p99_s",
@@ -59,10 +59,10 @@ def figures(data: dict) -> list[common.Figure]:
     return out
 
 
-def plot(steps: list[dict], profile, seconds: float) -> Figure:
+def plot(steps: list[dict], profile, seconds: float) -> Plot:
     def line(label, key):
         return Series(label, [(s["rate"], s[key]) for s in steps if s.get(key) is not None], style="line")
-    return Figure(
+    return Plot(
         title=f"Capacity knee at {profile.nodes:,} nodes: p99 latency vs steady create rate ({seconds:g} s per step)",
         xlabel="target create rate (pods/s)", ylabel="p99 latency (s)",
         series=[line("pod startup p99, object timestamps", "pod_startup_server_p99_s"),

@@ -34,7 +34,7 @@ from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from clusterproof.preflight.phases import go_bad_in_service, settle_join
 from clusterproof.preflight.run import PreflightRun, remove_waiting_workloads, setup_simulated, teardown
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 REQUESTS = "apiserver_request_total"
 
@@ -190,14 +190,14 @@ def main(argv: list[str]) -> int:
     common.write(args.out, head, figures(data), data)
     order = {n: i for i, n in enumerate(run.names)}
     faulty_at_join = {n for n in run.names if run.plan.get(n) in FAULTS and n not in ins.victims}
-    fig = Figure(f"GPU preflight: join to decision, {len(run.names)} joining nodes ({profile.nodes}-node cluster)",
-                 "node (join order)", "time from join to decision (s)",
-                 [Series(label, [(order[n], t) for n, t in join.decided_s.items()
-                                 if (n in faulty_at_join) == faulty])
-                  for label, faulty in (("faulty: quarantined", True), ("healthy: released", False))],
-                 {f"bound (preflight_quarantine_timeout_s = {profile.preflight_quarantine_timeout_s} s)":
-                  profile.preflight_quarantine_timeout_s})
-    args.out.with_suffix(".png").write_bytes(fig.png())
+    plot = Plot(f"GPU preflight: join to decision, {len(run.names)} joining nodes ({profile.nodes}-node cluster)",
+                "node (join order)", "time from join to decision (s)",
+                [Series(label, [(order[n], t) for n, t in join.decided_s.items()
+                                if (n in faulty_at_join) == faulty])
+                 for label, faulty in (("faulty: quarantined", True), ("healthy: released", False))],
+                {f"bound (preflight_quarantine_timeout_s = {profile.preflight_quarantine_timeout_s} s)":
+                 profile.preflight_quarantine_timeout_s})
+    args.out.with_suffix(".png").write_bytes(plot.png())
     say(f"quarantine p99 {data['join']['time_to_quarantine']['p99_s']} s, release p99 "
         f"{data['join']['time_to_release']['p99_s']} s, agent {join_agent['total']} requests for {decided} nodes")
     return 0

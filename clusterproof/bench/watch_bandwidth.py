@@ -31,7 +31,7 @@ import psutil
 from clusterproof.bench import common
 from clusterproof.core.waiting import WaitTimeout
 from clusterproof.watch import measure as wb
-from clusterproof.watch.figures import projection_figure, summary
+from clusterproof.watch.figures import projection_plot, summary
 from clusterproof.watch.wire import ENCODINGS
 
 
@@ -152,7 +152,7 @@ def main(argv: list[str]) -> int:
                              "max_streams_kept_up": 4 * max(kept) if kept else None, "steps": steps},
     }
     common.write(args.out, head, figures(data), data)
-    args.out.with_suffix(".png").write_bytes(projection_figure(run, profile).png())
+    args.out.with_suffix(".png").write_bytes(projection_plot(run, profile).png())
     return 0
 
 

@@ -52,7 +52,7 @@ from clusterproof.kube.informer import InformerError
 from clusterproof.kube.pods import create_pods, delete_selected, list_pods, try_create
 from clusterproof.kube.podtimeline import PodTimeline, dump, job_times, scheduling_throughput, startup_server_s
 from clusterproof.kube.tokens import create_load_identity
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 
 REAL_POD_LABEL = "clusterproof.io/real-node-probe"
 REAL_PODS_PER_NODE = 6
@@ -448,12 +448,12 @@ def attach(profile, run: PhaseRun) -> None:
                   allure.attachment_type.TEXT)
 
 
-def latency_plot(profile, run: PhaseRun) -> Figure:
+def latency_plot(profile, run: PhaseRun) -> Plot:
     """Per pod: startup by the objects' timestamps and by the watch, and the time to be bound."""
     pods = run.pods
     t0 = min((p.added for p in pods), default=0.0)
     rate = f" at {run.phase.rate:g} pods/s" if run.phase.rate else " (as fast as the users can create)"
-    return Figure(
+    return Plot(
         title=f"{run.phase.name} phase{rate}: pod startup latency per pod",
         xlabel="pod created, seconds after the phase's first pod", ylabel="latency (s)",
         series=[Series("created -> Ready (object timestamps, 1 s resolution)",

@@ -45,10 +45,10 @@ from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import access, apimetrics
 from clusterproof.kube import flowcontrol as apf
-from clusterproof.kube.apicalls import Recorder
+from clusterproof.kube.apicalls import CallRecorder
 from clusterproof.kube.client import check_reachable, get_if_present, is_simulated, load_client, raw_request, server_url
 from clusterproof.kube.liveness import RunLease
-from clusterproof.kube.namespaces import Created, Pool
+from clusterproof.kube.namespaces import Created, NamespacePool
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.sweep import Sweep, sweep
@@ -101,9 +101,9 @@ class Cluster:
     # components' traffic is classified by API Priority and Fairness (report environment).
     apf: apf.Classification | None = None
     # Where the run's objects live: namespaces it creates (embedded) or claims from the pool.
-    namespaces: Created | Pool | None = None
+    namespaces: Created | NamespacePool | None = None
     # Every request of the harness's identity (clusterproof.kube.apicalls), for the permission self-test and report.
-    calls: Recorder = field(default_factory=Recorder)
+    calls: CallRecorder = field(default_factory=CallRecorder)
     # The uids of what the run created outside its namespaces (a cluster it does not own).
     record: OwnerRecord | None = None
     # The shipped RBAC manifest the run was checked against (a cluster it does not own).
@@ -214,7 +214,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
             (kc.directory / "keep").touch()
         t_started = time.monotonic()
         api = load_client(kc.kubeconfig, pool_size=max(16, profile.node_create_concurrency))
-        calls = Recorder().install(api)
+        calls = CallRecorder().install(api)
         version = check_reachable(api)["gitVersion"]
         if kc.component_identities:
             identities.grant_simulated_kubelets(api)
@@ -350,7 +350,7 @@ def ownership(api: client.ApiClient, as_real_cluster: bool) -> tuple[bool, str]:
     return False, "a guest: not an embedded cluster the harness started on this machine, reached as its admin"
 
 
-def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: Recorder, destructive: bool,
+def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls: CallRecorder, destructive: bool,
                    as_real_cluster: bool) -> Standing:
     """Before any test, on a cluster named by a kubeconfig: reachable, the identity holds what the shipped
     manifest grants (``destructive``: its destructive part too), and the profile asks nothing a guest may not
@@ -374,7 +374,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
                      progress: Callable[[str], None], simulated: bool, manifest: access.Manifest,
                      sweep_leftovers: bool = False,
                      on_lease_lost: Callable[[str], None] | None = None,
-                     calls: Recorder | None = None, local_sweeps: Sequence[LocalSweep] = (),
+                     calls: CallRecorder | None = None, local_sweeps: Sequence[LocalSweep] = (),
                      owned: bool | None = None, why: str = "") -> Cluster:
     """A cluster named by a kubeconfig (``manifest``: what the harness was granted there, checked at configure).
 
@@ -387,7 +387,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
     """
     sweep_local(progress, clusters=False, others=local_sweeps)
     api = load_client(kubeconfig, context)
-    calls = (calls or Recorder()).install(api)
+    calls = (calls or CallRecorder()).install(api)
     version = check_reachable(api)["gitVersion"]
     if owned is None:     # a caller that did not ask before (the benches)
         owned, why = ownership(api, as_real_cluster=False)
@@ -401,7 +401,7 @@ def connect_existing(profile: Profile, run_id: str, kubeconfig: str, context: st
         # A guest works only in the provisioned pool, whatever the nodes are; on its own embedded cluster the
         # harness creates namespaces (and labels them for team checks).
         spaces = (Created(api, run_id) if owned else
-                  Pool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
+                  NamespacePool(api, run_id, manifest.home, manifest.pool, profile.claim_wait_s, progress))
         record = OwnerRecord(api, manifest.home, run_id, lambda: spaces.held).create().attach(calls)
         progress(f"using existing cluster at {server_url(api)} (Kubernetes {version}; {why}; "
                  f"{'every node a kwok node' if simulated else 'real nodes'}); "

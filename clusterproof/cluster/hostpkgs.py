@@ -25,6 +25,7 @@ import sys
 
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.texttable import text_table
 
 PACKAGES = {
     "containerd": "1.6.20~ds1-1+deb12u3",
@@ -104,8 +105,7 @@ def main(argv: list[str]) -> int:
     except HarnessError as e:   # not installed, or apt-get failed: a set-up failure
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.SETUP_FAILED
-    for p, v in PACKAGES.items():
-        print(f"{p:28} {v}")
+    print(text_table((), PACKAGES.items()))
     return 0
 
 

@@ -25,7 +25,7 @@ class Taint:
 
 
 @dataclass(frozen=True)
-class Pool:
+class NodePool:
     """A set of identical nodes: what the profile asks the cluster to have."""
     name: str
     count: int
@@ -49,7 +49,7 @@ def node_capacity(p: Profile) -> dict[str, str]:
             "nvidia.com/gpu": str(p.node_gpus), "ephemeral-storage": p.node_ephemeral_storage}
 
 
-def node_plan(p: Profile) -> list[Pool]:
+def node_plan(p: Profile) -> list[NodePool]:
     """Split ``nodes`` into team pools, a preflight pool and the shared pool.
 
     Team pools share ``team_fraction`` of the nodes evenly (remainder to the
@@ -63,12 +63,12 @@ def node_plan(p: Profile) -> list[Pool]:
     teams = list(p.teams) if n_team else []
     for i, team in enumerate(teams):
         count = n_team // len(teams) + (1 if i < n_team % len(teams) else 0)
-        pools.append(Pool(f"team-{team}", count,
-                          {p.pool_label: f"team-{team}", p.team_taint_key: team},
-                          (Taint(p.team_taint_key, team),), cap))
-    pools.append(Pool("preflight", n_pre, {p.pool_label: "preflight"},
-                      (Taint(p.preflight_taint_key, "pending"),), cap))
-    pools.append(Pool("shared", p.nodes - n_team - n_pre, {p.pool_label: "shared"}, (), cap))
+        pools.append(NodePool(f"team-{team}", count,
+                              {p.pool_label: f"team-{team}", p.team_taint_key: team},
+                              (Taint(p.team_taint_key, team),), cap))
+    pools.append(NodePool("preflight", n_pre, {p.pool_label: "preflight"},
+                          (Taint(p.preflight_taint_key, "pending"),), cap))
+    pools.append(NodePool("shared", p.nodes - n_team - n_pre, {p.pool_label: "shared"}, (), cap))
     return [pool for pool in pools if pool.count or pool.name.startswith("team-")]
 
 

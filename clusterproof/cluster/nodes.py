@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from kubernetes import client
 
-from clusterproof.cluster.node_plan import Pool, kubelet_labels, node_plan, node_pod_cidrs
+from clusterproof.cluster.node_plan import NodePool, kubelet_labels, node_plan, node_pod_cidrs
 from clusterproof.config.profile import Profile
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.core.waiting import WaitTimeout
@@ -24,7 +24,7 @@ from clusterproof.kube.informer import Informer
 from clusterproof.kube.nodes import has_ready_condition, is_ready
 
 
-def node_name(p: Profile, pool: Pool, index: int) -> str:
+def node_name(p: Profile, pool: NodePool, index: int) -> str:
     return f"{p.node_name_prefix}-{pool.name}-{index:05d}"
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from clusterproof.core import filelock
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.texttable import text_table
 
 KUBERNETES_VERSION = "v1.35.4"
 KWOK_VERSION = "v0.8.0"
@@ -631,16 +632,14 @@ def main(argv: list[str] | None = None) -> int:
         return exitcodes.USAGE
     try:
         if args.dry_run:
-            for c in wanted:
-                print(f"{c.name:18} {c.version:9} {'cached' if c.is_built() else 'would be built'}")
+            print(text_table((), [[c.name, c.version, "cached" if c.is_built() else "would be built"] for c in wanted]))
             return 0
         progress_lines.to_terminal()   # the builds' heartbeats, timestamped, on stderr
         ensure_many(wanted, progress=lambda m: print(m, flush=True), jobs=args.jobs)
     except HarnessError as e:   # a build failed: a set-up failure, 8
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.SETUP_FAILED
-    for c in wanted:
-        print(f"{c.name:18} {c.version:9} {c.directory}")
+    print(text_table((), [[c.name, c.version, c.directory] for c in wanted]))
     return 0
 
 

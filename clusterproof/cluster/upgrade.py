@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
               "see its output above", file=sys.stderr)
         return second.returncode or exitcodes.USAGE
     c = json.loads(comparison.read_text())
-    table = compare.text_table(compare.Comparison.from_json(c))
+    table = compare.text_report(compare.Comparison.from_json(c))
     (new.dir / "upgrade.txt").write_text(table + "\n")
     print(f"\nupgrade-check {a.old} -> {a.new} (profile {a.profile}): {c['headline']}\n"
           f"exit at {a.old}: {first.returncode}, at {a.new}: {second.returncode}; table: "

@@ -10,7 +10,7 @@ against its threshold.
 
 Two ways to make figures:
 
-- a check records them through the ``figures`` fixture (``Recorder.add``,
+- a check records them through the ``figures`` fixture (``FigureRecorder.add``,
   see ``clusterproof.fixtures.report``), the same arguments as a Figure's
   own;
 - a domain's measurement (the idea of ClusterLoader2's ``Measurement`` and
@@ -168,7 +168,7 @@ class Figures:
         return cls(Figure.from_json(d, k) for k, d in figures.items())
 
 
-class Recorder:
+class FigureRecorder:
     """One check's figures: what the ``figures`` fixture hands a check. Each figure goes into the run's
     store (the check's Allure page reads its table from there when the check ends); ``shown``, if given, is
     told of each as it is recorded."""

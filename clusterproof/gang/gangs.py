@@ -9,7 +9,7 @@ gang schedulers and must not know how either declares a gang:
   1.35: a ``scheduling.k8s.io/v1alpha1`` Workload, pods' ``spec.workloadRef``).
 
 Which backends exist and the pytest fixtures that provide them are in
-``clusterproof.gang.backends``. Timing rules: every wait goes through
+``clusterproof.gang.schedulers``. Timing rules: every wait goes through
 ``waiting.wait_for`` or an informer with a deadline; a window in which
 nothing may happen (a gang that must not bind) is watched, not slept through.
 """

@@ -97,7 +97,7 @@ def classify(method: str, url: str) -> Call:
 CreateListener = Callable[[Call, dict], None]
 
 
-class Recorder:
+class CallRecorder:
     """What one identity asked of the API server, with how each answer began (status code).
 
     ``install`` wraps one ApiClient; it can wrap several (the same identity
@@ -111,7 +111,7 @@ class Recorder:
         self._on_create: list[CreateListener] = []
         self._before_create: list[Callable[[Call, str, dict], None]] = []
 
-    def install(self, api: client.ApiClient) -> "Recorder":
+    def install(self, api: client.ApiClient) -> "CallRecorder":
         rest = api.rest_client
         if getattr(rest, "_clusterproof_recorder", None) is self:
             return self
@@ -208,7 +208,7 @@ def refused_by_rbac(e: client.ApiException) -> bool:
         return False
 
 
-def recorder_of(api: client.ApiClient) -> Recorder | None:
+def recorder_of(api: client.ApiClient) -> CallRecorder | None:
     """The recorder installed on ``api`` (for request paths that do not go through its rest client)."""
     return getattr(api.rest_client, "_clusterproof_recorder", None)
 

@@ -124,7 +124,7 @@ def empty(api: client.ApiClient, ns: str, whose: Callable[[str], bool], timeout:
     return deleted
 
 
-class Pool:
+class NamespacePool:
     """A cluster the harness does not own: namespaces claimed from the provisioned pool."""
     kind = "pool"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterproof.core.run import RUN_LABEL, metadata
-from clusterproof.kube.apicalls import Call, Recorder
+from clusterproof.kube.apicalls import Call, CallRecorder
 from clusterproof.kube.client import create_if_absent, delete_if_present, list_all, merge_patch
 
 RECORD_PREFIX = "clusterproof-run-"
@@ -81,7 +81,7 @@ class OwnerRecord:
                          {"metadata": metadata(record_name(self.run_id), self.run_id), "data": {}})
         return self
 
-    def attach(self, recorder: Recorder) -> "OwnerRecord":
+    def attach(self, recorder: CallRecorder) -> "OwnerRecord":
         recorder.before_create(self._before_create)
         recorder.on_create(self._on_create)
         return self

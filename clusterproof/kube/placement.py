@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from clusterproof.core.run import SCRATCH_LABEL
+from clusterproof.core.texttable import markdown_table
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw
 from clusterproof.kube.informer import Informer
@@ -195,12 +196,11 @@ def _rows(counts: dict[str, Counter], teams: list[str]) -> list[str]:
 
 def render_placement(counts: dict[str, Counter], pools: list[str], teams: list[str]) -> str:
     """A markdown table: pods per team (rows) per node pool (columns)."""
+    if not counts:
+        return "(no pods)"
     cols = _columns(counts, pools)
-    lines = ["| pods of \\ on pool | " + " | ".join(cols) + " |",
-             "|---" * (len(cols) + 1) + "|"]
-    for r in _rows(counts, teams):
-        lines.append(f"| {r} | " + " | ".join(str(counts[r].get(c, 0)) for c in cols) + " |")
-    return "\n".join(lines) if counts else "(no pods)"
+    return markdown_table(["pods of \\ on pool", *cols],
+                          [[r, *(counts[r].get(c, 0) for c in cols)] for r in _rows(counts, teams)])
 
 
 def placement_csv(counts: dict[str, Counter], pools: list[str], teams: list[str]) -> str:

@@ -11,6 +11,7 @@ from typing import Callable
 from kubernetes import client
 
 from clusterproof.core.run import RUN_LABEL
+from clusterproof.core.texttable import text_table
 from clusterproof.kube.client import list_all, list_raw
 
 
@@ -26,12 +27,11 @@ def cluster_summary(api: client.ApiClient, pool_label: str, names: bool, ready: 
         rows[(pool, is_ready)] += 1
         if not is_ready and len(not_ready) < 50:
             not_ready.append(n["metadata"]["name"])
-    lines = [f"{'pool':30} {'ready':>7} {'not ready':>10}"]
-    for pool in sorted({p for p, _ in rows}):
-        lines.append(f"{pool:30} {rows[(pool, True)]:>7} {rows[(pool, False)]:>10}")
+    pools = sorted({p for p, _ in rows})
+    table = text_table(["pool", "ready", "not ready"], [[p, rows[(p, True)], rows[(p, False)]] for p in pools], "<>>")
     if not_ready and names:
-        lines.append("not ready (first 50): " + ", ".join(not_ready))
-    return "\n".join(lines)
+        table += "\nnot ready (first 50): " + ", ".join(not_ready)
+    return table
 
 
 def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
@@ -41,7 +41,6 @@ def run_events(api: client.ApiClient, run_id: str, limit: int = 200) -> str:
         events += list_raw(api, f"/api/v1/namespaces/{ns['metadata']['name']}/events")["items"]
     when = lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""  # noqa: E731
     events.sort(key=when)
-    return "\n".join(
-        f"{when(e)} {e.get('type', ''):7} {e.get('reason', ''):24} {e['metadata']['namespace']} "
-        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: {e.get('message') or e.get('note')}"
-        for e in events[-limit:]) or "(no events)"
+    return text_table((), [[when(e), e.get("type", ""), e.get("reason", ""), e["metadata"]["namespace"],
+                            f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: "
+                            f"{e.get('message') or e.get('note')}"] for e in events[-limit:]], gap=1) or "(no events)"

@@ -51,7 +51,7 @@ from kubernetes import client
 
 from clusterproof.core.errors import ArgumentParser
 from clusterproof.core.run import RUN_LABEL, owner_annotations
-from clusterproof.kube.apicalls import Recorder
+from clusterproof.kube.apicalls import CallRecorder
 from clusterproof.kube.client import list_raw, load_client, raw_request
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import patch_node
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.owner_record:
         # The run's record exists (the harness made it); the agent adds its Events, uid for uid, so a
         # sweeper can remove them after a killed run.
-        OwnerRecord(api, args.owner_record, args.run_id).attach(Recorder().install(api))
+        OwnerRecord(api, args.owner_record, args.run_id).attach(CallRecorder().install(api))
     agent = Agent(api, args)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop.set())

@@ -24,6 +24,7 @@ import json
 from kubernetes import client
 
 from clusterproof.core.errors import HarnessError
+from clusterproof.core.texttable import text_table
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_all, raw_request
 from clusterproof.kube.pod_spec import pod_body, tolerating
@@ -166,12 +167,10 @@ def gpu_rows(verdicts: dict[str, dict]) -> list[dict]:
 
 
 def render_table(rows: list[dict], limit: int = 400) -> str:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows[:limit]]) for c in TABLE_COLUMNS}
-    lines = ["  ".join(c.ljust(widths[c]) for c in TABLE_COLUMNS)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in TABLE_COLUMNS) for r in rows[:limit]]
+    table = text_table(TABLE_COLUMNS, [[r[c] for c in TABLE_COLUMNS] for r in rows[:limit]])
     if len(rows) > limit:
-        lines.append(f"... and {len(rows) - limit} more rows (all of them in the CSV)")
-    return "\n".join(lines)
+        table += f"\n... and {len(rows) - limit} more rows (all of them in the CSV)"
+    return table
 
 
 def table_csv(rows: list[dict]) -> str:

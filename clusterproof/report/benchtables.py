@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterproof.core.measurement import Figure
+from clusterproof.core.texttable import markdown_table
 
 COMMAND = "clusterproof bench-tables --write"
 OPEN = "<!-- bench-tables: {} -->"
@@ -141,13 +142,6 @@ def source(path: Path, d: dict, versions: tuple[str, ...] = ()) -> str:
                                   f"Kubernetes {version}" if version else "", *named) if x)
     return (f"*`reports/bench/{path.name}`, measured {_date(d)}; {how}; {machine}"
             + (f"; {where}" if where else "") + ".*")
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table (a ``|`` inside a cell is escaped)."""
-    def line(cells):
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
 
 
 # ---- the one renderer ------------------------------------------------------------------------------
@@ -279,19 +273,19 @@ def render_table(t: Table, files: list[BenchFile]) -> str:
     if t.columns == "file":
         head = [t.head, *(f"`{b.path.name}`" for b in files)]
         body = [[label + _threshold(tpl, first), *(fill(tpl, b.figures, None) for b in files)] for label, tpl in rows]
-        return table(head, body)
+        return markdown_table(head, body)
     if t.columns == "qualifier":
         qs = _qualifiers(rows, first)
         body = [[label + _threshold(tpl, first), *(fill(tpl, first, q) for q in qs)] for label, tpl in rows]
-        return table([t.head, *qs], body)
+        return markdown_table([t.head, *qs], body)
     body = [[label, fill(tpl, first, None)] for label, tpl in rows]
     judged = [f for _, tpl in rows for n in _names(tpl) if (f := first.get(n)) is not None and f.threshold is not None]
     if judged:     # a column for the threshold and the verdict, when the table holds a judged figure
         for row, (_, tpl) in zip(body, rows):
             fs = [first[n] for n in _names(tpl) if n in first and first[n].threshold is not None]
             row += [_threshold(tpl, first).strip(" ()") if fs else "", fs[0].verdict or "" if fs else ""]
-        return table([t.head, "value", "threshold", "verdict"], body)
-    return table([t.head, "value"], body)
+        return markdown_table([t.head, "value", "threshold", "verdict"], body)
+    return markdown_table([t.head, "value"], body)
 
 
 def render(block: Block, files: list[BenchFile]) -> str:

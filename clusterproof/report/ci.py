@@ -47,6 +47,7 @@ from typing import Mapping
 
 from clusterproof.core import exitcodes, outputs
 from clusterproof.core.measurement import Figure
+from clusterproof.core.texttable import markdown_table
 from clusterproof.report import allure as allure_page
 from clusterproof.report import compare, origin, timing
 from clusterproof.report.summary import ReportSession
@@ -90,8 +91,8 @@ def category(outcome: str, message: str) -> str:
 
 
 def _cell(text: object, most: int = 200) -> str:
-    """One markdown table cell: one line, no pipe, at most ``most`` characters."""
-    s = " ".join(str(text).split()).replace("|", "\\|")
+    """One markdown table cell: one line, at most ``most`` characters (``markdown_table`` escapes its pipes)."""
+    s = " ".join(str(text).split())
     return s if len(s) <= most else s[:most - 1] + "…"
 
 
@@ -131,50 +132,45 @@ def step_summary(code: int, checks: Mapping[str, dict], summary: dict | None = N
         counts = per_suite.setdefault(timing.suite_of(nodeid) or "?", {})
         counts[chk.get("outcome", "?")] = counts.get(chk.get("outcome", "?"), 0) + 1
     if per_suite:
-        out += ["| suite | " + " | ".join(KINDS) + " |", "|---|" + "---:|" * len(KINDS)]
         rows = sorted(per_suite.items())
         if len(rows) > 1:
             total = {k: sum(c.get(k, 0) for _, c in rows) for k in KINDS}
             rows.append(("**all**", total))
-        for suite, counts in rows:
-            out.append(f"| {suite} | " + " | ".join(str(counts.get(k, 0) or "") for k in KINDS) + " |")
-        out.append("")
+        out += [markdown_table(["suite", *KINDS], [[suite, *(counts.get(k, 0) or "" for k in KINDS)]
+                                                   for suite, counts in rows], "<" + ">" * len(KINDS)), ""]
     else:
         out += ["No check ran.", ""]
     bad = [(nodeid, chk) for nodeid, chk in sorted(checks.items()) if chk.get("outcome") in BAD]
     if bad:
+        rows = [[f"{_cell(chk.get('title') or nodeid, 120)}<br>`{_cell(nodeid, 160)}`", chk["outcome"],
+                 category(chk["outcome"], chk.get("message", "")), _cell(chk.get("message", ""))]
+                for nodeid, chk in bad[:MOST_FAILED]]
+        if len(bad) > MOST_FAILED:
+            rows.append([f"… and {len(bad) - MOST_FAILED} more (junit.xml, the report)"])
         out += [f"**{len(bad)} check(s) did not pass** (each Allure category's runbook: "
                 f"{_link(environ, 'docs/triage.md')})", "",
-                "| check | outcome | Allure category | first line |", "|---|---|---|---|"]
-        for nodeid, chk in bad[:MOST_FAILED]:
-            msg = chk.get("message", "")
-            out.append(f"| {_cell(chk.get('title') or nodeid, 120)}<br>`{_cell(nodeid, 160)}` | {chk['outcome']} "
-                       f"| {category(chk['outcome'], msg)} | {_cell(msg)} |")
-        if len(bad) > MOST_FAILED:
-            out.append(f"| … and {len(bad) - MOST_FAILED} more (junit.xml, the report) | | | |")
-        out.append("")
+                markdown_table(["check", "outcome", "Allure category", "first line"], rows), ""]
     heads = [f for f in ((summary or {}).get("figures") or {}).values() if f.get("headline")]
     if heads:
-        out += ["**Headline figures**", "", "| figure | value | threshold | verdict |", "|---|---:|---|---|"]
+        rows = []
         for f in heads:
             value = "n/a" if f.get("value") is None else f"{f['value']:.3g} {f.get('unit', '')}"
             thr = f"{f['op']} {f['threshold']:g} {f.get('unit', '')}" if f.get("threshold") is not None else ""
-            out.append(f"| {_cell(f.get('name'))} | {_cell(value)} | {_cell(thr)} | {f.get('verdict') or ''} |")
-        out.append("")
+            rows.append([_cell(f.get("name")), _cell(value), _cell(thr), f.get("verdict") or ""])
+        out += ["**Headline figures**", "", markdown_table(["figure", "value", "threshold", "verdict"], rows, "<>"),
+                ""]
     if comparison is not None:
         b = comparison.baseline
         out += [f"**Against the baseline** `{b.get('id', '?')}` (Kubernetes {b.get('kubernetes', '?')}): "
                 f"{'REGRESSED: ' if comparison.regressed else ''}{_cell(comparison.headline(), 400)}", ""]
         flips, worse = comparison.flipped_to_bad, comparison.regressions
         if flips or worse:
-            out += ["| regressed | baseline | now | change | tolerance |", "|---|---:|---:|---:|---:|"]
-            out += [f"| check: {_cell(f.title, 120)} | {f.baseline} | {f.now} | | |" for f in flips]
+            rows = [[f"check: {_cell(f.title, 120)}", f.baseline, f.now] for f in flips]
             for r in worse[:MOST_FAILED]:
                 pct = "" if r.change_pct is None else f"{r.change_pct:+.1f} %"
                 tol = "" if r.tolerance_pct is None else f"{r.tolerance_pct:g} %"
-                out.append(f"| {_cell(r.key, 160)} | {_num(r.baseline, r.unit)} | {_num(r.now, r.unit)} | {pct} "
-                           f"| {tol} |")
-            out.append("")
+                rows.append([_cell(r.key, 160), _num(r.baseline, r.unit), _num(r.now, r.unit), pct, tol])
+            out += [markdown_table(["regressed", "baseline", "now", "change", "tolerance"], rows, "<>>>>"), ""]
     if run is not None:
         files = [n for n in ("junit.xml", "summary.json", "comparison.json", "perfdata.json", "openmetrics.txt",
                              "allure-results")

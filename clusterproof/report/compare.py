@@ -30,6 +30,7 @@ from pathlib import Path
 
 from clusterproof.core import exitcodes
 from clusterproof.core.measurement import Figure
+from clusterproof.core.texttable import text_table
 from clusterproof.report.origin import commit_shown
 
 SCHEMA = "clusterproof.summary/v1"
@@ -271,26 +272,25 @@ def described(run: dict) -> str:
             + (f", commit {commit_shown(commit, run.get('dirty'))}" if commit else "") + ")")
 
 
-def text_table(c: Comparison, limit: int | None = None) -> str:
+def text_report(c: Comparison, limit: int | None = None) -> str:
     """The comparison for a terminal or a ticket: flips first, then figures, worst first."""
     out = [f"baseline: {described(c.baseline)}   now: {described(c.candidate)}"]
     if c.flips:
         out.append("checks that flipped:")
-        out += [f"  {f.baseline:>8} -> {f.now:<8} {f.title}" for f in c.flips]
+        out.append(text_table((), [[f.baseline, f"-> {f.now}", f.title] for f in c.flips], ">", indent="  "))
     rows = [r for r in c.rows if r.verdict in ("regressed", "improved")] if limit else c.rows
     w = min(max([len(short_key(r.key, 10**6)) for r in rows] + [6]), 90)
-    out.append(f"{'figure':{w}} {'baseline':>10} {'now':>10} {'unit':8} {'change':>9} {'tol':>5}  verdict")
-    for r in rows[:limit]:
-        tol = "" if r.tolerance_pct is None else f"{r.tolerance_pct:g}%"
-        out.append(f"{short_key(r.key, w):{w}} {_num(r.baseline):>10} {_num(r.now):>10} {r.unit[:8]:8} "
-                   f"{_pct(r.change_pct):>9} {tol:>5}  {r.verdict}")
+    out.append(text_table(["figure", "baseline", "now", "unit", "change", "tol", "verdict"],
+                          [[short_key(r.key, w), _num(r.baseline), _num(r.now), r.unit[:8], _pct(r.change_pct),
+                            "" if r.tolerance_pct is None else f"{r.tolerance_pct:g}%", r.verdict]
+                           for r in rows[:limit]], "<>><>>"))
     if limit and len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in comparison.json (beside the run's summary.json)")
     out.append(("REGRESSED: " if c.regressed else "OK: ") + c.headline())
     return "\n".join(out)
 
 
-def html_table(c: Comparison) -> str:
+def html_report(c: Comparison) -> str:
     e = html.escape
     colour = {"regressed": "#c62828", "improved": "#2e7d32", "new": "#1565c0", "gone": "#6a1b9a"}
     parts = ["<html><body style='font-family:sans-serif;font-size:13px'>",

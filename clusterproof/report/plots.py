@@ -1,6 +1,6 @@
 """Plots for the report: matplotlib (Agg), titled, labelled axes with units, a legend -- and the data.
 
-Why a module: every figure an SRE reads the next morning must say what it
+Why a module: every plot an SRE reads the next morning must say what it
 shows without the log: a title, both axes with their units, a legend for
 each series and each threshold. Every plot is attached together with the
 numbers it was drawn from (CSV), so a reader can check or re-plot them.
@@ -32,7 +32,7 @@ class Series:
 
 
 @dataclass
-class Figure:
+class Plot:
     title: str
     xlabel: str                     # with its unit, e.g. "time since the first create (s)"
     ylabel: str

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterproof.core.measurement import Figures
+from clusterproof.core.texttable import text_table
 from clusterproof.report import compare, timing
 from clusterproof.report.origin import Origin, Source, shown
 from clusterproof.report.origin import source as read_source
@@ -164,7 +165,7 @@ def attach_comparison(alluredir: Path, c: compare.Comparison, baseline_path: str
     now = int(time.time() * 1000)
     table = f"{uuid.uuid4()}-attachment.html"
     data = f"{uuid.uuid4()}-attachment.json"
-    (alluredir / table).write_text(compare.html_table(c))
+    (alluredir / table).write_text(compare.html_report(c))
     (alluredir / data).write_text(json.dumps(c.to_json(), indent=1))
     plot = change_plot(c)
     attachments = []
@@ -241,22 +242,23 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
            f"{'simulated' if r['simulated'] else 'real'} ({r['backend']})"
            + (f" + {r['real_nodes']} real node(s) (kubelet + containerd; GPUs simulated)"
               if r.get("real_nodes") else "") + (f"; {shown(r)}" if shown(r) else "")]
-    out.append(f"{'suite':28}" + "".join(f"{k:>9}" for k in kinds))
-    for suite, counts in sorted(per_suite.items()):
-        out.append((f"{suite:28}" + "".join(f"{counts.get(k, 0) or '':>9}" for k in kinds)).rstrip())
+    out.append(text_table(["suite", *kinds], [[suite, *(counts.get(k, 0) or "" for k in kinds)]
+                                              for suite, counts in sorted(per_suite.items())], "<" + ">" * len(kinds)))
     bad = [(n, c) for n, c in summary["checks"].items() if c.get("outcome") in ("failed", "error", "xpassed")]
     for _nodeid, chk in bad[:15]:
         out.append(f"  {chk.get('outcome').upper()}: {chk['title']} -- {chk.get('message', '')[:140]}")
     heads = [f for f in summary["figures"].values() if f.get("headline")]
     if heads:
         out.append("headline figures:")
+        rows = []
         for f in heads:
             v = "n/a" if f["value"] is None else f"{f['value']:.3g}"
             thr = f" (threshold {f['op']} {f['threshold']:g})" if f.get("threshold") is not None else ""
-            out.append(f"  {f['name']:58} {v:>9} {f['unit']}{thr}")
+            rows.append([f["name"], v, f"{f['unit']}{thr}"])
+        out.append(text_table((), rows, "<>", gap=1, indent="  "))
     if comparison is not None:
         out.append("against the baseline:")
-        out += ["  " + ln for ln in compare.text_table(comparison, limit=12).splitlines()]
+        out += ["  " + ln for ln in compare.text_report(comparison, limit=12).splitlines()]
     return out
 
 

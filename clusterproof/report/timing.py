@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from clusterproof.core.measurement import LOWER, Figure
+from clusterproof.core.texttable import text_table
 
 BRINGUP = "embedded cluster bring-up"
 WHEN = ("setup", "call", "teardown")        # pytest's phases of a check, the table's columns
@@ -86,10 +87,7 @@ def fmt(secs: float | None) -> str:
 
 def table_lines(rows: list[dict]) -> list[str]:
     """The table for the terminal."""
-    out = [f"{'suite':32} {'tests':>6} {'time':>10} {'budget':>10}   {'set-up':>8} {'checks':>8} {'teardown':>8}"]
-    for r in rows:
-        flag = "  OVER BUDGET" if r["over_budget"] else ""
-        tests = "" if r["tests"] is None else str(r["tests"])
-        parts = ("   " + " ".join(f"{fmt(r[f'{when}_s']):>8}" for when in WHEN)) if "call_s" in r else ""
-        out.append(f"{r['suite']:32} {tests:>6} {fmt(r['seconds']):>10} {fmt(r['budget_s']):>10}{parts}{flag}")
-    return out
+    return text_table(["suite", "tests", "time", "budget", "set-up", "checks", "teardown"],
+                      [[r["suite"], r["tests"], fmt(r["seconds"]), fmt(r["budget_s"]),
+                        *(fmt(r[f"{when}_s"]) if "call_s" in r else "" for when in WHEN),
+                        "OVER BUDGET" if r["over_budget"] else ""] for r in rows], "<>>>>>>").splitlines()

@@ -11,7 +11,7 @@ change, the seed's N^2.
 """
 from __future__ import annotations
 
-from clusterproof.report.plots import Figure, Series
+from clusterproof.report.plots import Plot, Series
 from clusterproof.watch import analysis as wa
 from clusterproof.watch.measure import ENDPOINTS, SLICES, SizeRun, WatchRun
 from clusterproof.watch.pernode_service import ENDPOINTS_MAX_CAPACITY
@@ -62,8 +62,8 @@ def projection(run: WatchRun, profile) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def projection_figure(run: WatchRun, profile) -> Figure:
-    return Figure(
+def projection_plot(run: WatchRun, profile) -> Plot:
+    return Plot(
         title=(f"Watch egress of a per-node Service, projected to {profile.watch_projection_nodes:,} nodes "
                f"({profile.watch_projection_changes_per_node_hour:g} change per node per hour)"),
         xlabel=(f"nodes (= watchers = endpoints of the Service; {profile.watch_projection_nodes:,}: projected from "
