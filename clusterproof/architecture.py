@@ -21,10 +21,10 @@ from pathlib import Path
 import clusterproof
 from clusterproof.core import exitcodes
 
-DOMAINS = ("core", "config", "kube", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
+DOMAINS = ("core", "config", "kube", "provision", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
            "prometheus", "report")
 # The layers under the domains: the others may use them, they use no other domain.
-BASE = ("core", "config", "kube")
+BASE = ("core", "config", "kube", "provision")
 # Packages of the distribution that are not a domain of the library.
 MAPPED = clusterproof.MAPPED                       # suites, fixtures, load (top-level folders of the checkout)
 COMMAND = "clusterproof architecture > docs/architecture.md"
@@ -36,6 +36,8 @@ RULES = """\
   between domains too: no two domains depend on each other, directly or through a third.
 - `clusterproof.core` imports no other domain; `clusterproof.kube` and `clusterproof.config` import only `core`
   (and each other).
+- `clusterproof.provision` (obtaining binaries, images, host packages) imports only `core`: the running cluster
+  (`clusterproof.cluster`) and the domains use it, it runs nothing of theirs.
 - `clusterproof.report` imports no domain but `core`: it renders figures, it does not make them.
 - Only `fixtures/*.py` (the pytest face of each domain), `suites/` and `tests/` import pytest.
 - `load/` is the locust side, run as a separate process: it imports no fixtures and no suite.
@@ -331,10 +333,11 @@ def domain_cycles(known: dict[str, Module] | None = None) -> list[str]:
 
 
 def layer_violations(known: dict[str, Module] | None = None, exempt: tuple[str, ...] = ()) -> list[str]:
-    """core imports no other domain; kube and config only core (and each other); ``exempt``: domains not
-    checked (yet)."""
+    """core imports no other domain; kube and config only core (and each other); provision only core;
+    ``exempt``: domains not checked (yet)."""
     known = known if known is not None else modules()
-    allowed = {"core": {"core"}, "kube": {"core", "kube", "config"}, "config": {"core", "config", "kube"}}
+    allowed = {"core": {"core"}, "kube": {"core", "kube", "config"}, "config": {"core", "config", "kube"},
+               "provision": {"core", "provision"}}
     out = []
     for imp in all_imports(known):
         src, dst = domain_of(imp.module), domain_of(imp.target)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import clusterproof
 from clusterproof import prepare
-from clusterproof.cluster import hostpkgs, realnodes, toolchain
+from clusterproof.cluster import realnodes
+from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.config.profile import Profile
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError, one_line_main

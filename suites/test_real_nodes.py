@@ -35,7 +35,8 @@ import time
 import allure
 import pytest
 
-from clusterproof.cluster import hostpkgs, realnodes
+from clusterproof.cluster import realnodes
+from clusterproof.provision import hostpkgs
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint

@@ -43,7 +43,8 @@ def test_no_two_domains_depend_on_each_other(known):
     assert not v, "\n".join(v)
 
 
-def test_core_kube_and_config_import_no_domain(known):
+def test_the_base_layers_import_no_domain_above_them(known):
+    """core imports no other domain; kube and config only core (and each other); provision only core."""
     v = arch.layer_violations(known)
     assert not v, "\n".join(v)
 
@@ -82,7 +83,7 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     """Negative control: a planted cycle, a private import, a pytest import and a base-layer import are each
     reported in one line."""
     pkg = tmp_path / "clusterproof"
-    for d in ("core", "kube", "report", "gang", "suites", "fixtures", "load"):
+    for d in ("core", "kube", "provision", "report", "gang", "suites", "fixtures", "load"):
         (pkg / d).mkdir(parents=True)
         (pkg / d / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
@@ -92,12 +93,13 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     (pkg / "gang" / "c.py").write_text('"""C."""\nfrom clusterproof.report import r\n')
     (pkg / "load" / "l.py").write_text('"""L."""\nfrom clusterproof.fixtures import x\n')
     (pkg / "fixtures" / "x.py").write_text('"""X."""\nimport pytest\n')
+    (pkg / "provision" / "p.py").write_text('"""P."""\nfrom clusterproof.cluster import kwok\n')
     monkeypatch.setattr(arch.clusterproof, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(arch.clusterproof, "CHECKOUT", None)
     planted = arch.modules()
     assert arch.cycles(planted) == ["import cycle: clusterproof.core.a <-> clusterproof.gang.b"]
     assert [v.split(": ", 1)[1] for v in arch.layer_violations(planted)] == \
-        ["core imports clusterproof.gang.b (domain gang)"]
+        ["core imports clusterproof.gang.b (domain gang)", "provision imports clusterproof.cluster (domain cluster)"]
     assert [v.split(": ", 1)[1] for v in arch.report_violations(planted)] == ["report imports clusterproof.gang.b"]
     [domains] = arch.domain_cycles(planted)
     assert domains.startswith("domain cycle: core <-> gang <-> report: core -> gang ("), domains

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import hostpkgs, images, toolchain
+from clusterproof.provision import hostpkgs, images, toolchain
 from clusterproof.core.errors import HarnessError
 
 pytestmark = pytest.mark.selftest

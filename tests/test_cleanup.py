@@ -20,7 +20,8 @@ import psutil
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain, watchdog
+from clusterproof.cluster import watchdog
+from clusterproof.provision import toolchain
 from clusterproof.cluster.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import clear_pid_files, owner_alive, this_host

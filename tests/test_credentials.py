@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.access import HOME

@@ -49,7 +49,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from clusterproof.cluster import backends, toolchain, watchdog
+from clusterproof.cluster import backends, watchdog
+from clusterproof.provision import toolchain
 from clusterproof.cluster.kwok import BIND_ADDRESS, PORTS, KwokCluster, embedded_here
 from clusterproof.config.profile import profile_model
 from clusterproof.core.errors import HarnessError

@@ -10,7 +10,7 @@ import pytest
 import requests
 from prometheus_api_client import PrometheusApiClientException
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core.timeparse import duration_s
 from clusterproof.prometheus import slo as promslo
 from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, from_library_error

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.cluster.kwok import known_feature_gates, split_feature_gates
 from clusterproof.config.profile import load_profile
 from clusterproof.core.errors import HarnessError

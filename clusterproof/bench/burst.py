@@ -38,7 +38,8 @@ from clusterproof.bench import common
 from clusterproof.burst import plan
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
 from clusterproof.burst.plan import PHASE_LABEL
-from clusterproof.cluster import coscheduling, toolchain
+from clusterproof.cluster import coscheduling
+from clusterproof.provision import toolchain
 from clusterproof.core import loadworker
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import ROOT

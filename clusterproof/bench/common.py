@@ -31,7 +31,8 @@ from typing import Iterable, Iterator
 import psutil
 
 from clusterproof import CHECKOUT
-from clusterproof.cluster import backends, toolchain
+from clusterproof.cluster import backends
+from clusterproof.provision import toolchain
 from clusterproof.config.profile import Profile, load_profile
 from clusterproof.core import exitcodes, outputs, progress, redact
 from clusterproof.core.errors import ArgumentParser, HarnessError

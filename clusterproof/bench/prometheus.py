@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from clusterproof.bench import common
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import new_run_id
 from clusterproof.core.timeparse import go_duration_s

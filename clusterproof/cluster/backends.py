@@ -32,7 +32,8 @@ import allure
 import urllib3
 from kubernetes import client
 
-from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
+from clusterproof.cluster import coscheduling, identities, realnodes
+from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, embedded_here, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
@@ -257,10 +258,10 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
 
 
 def real_node_images(profile: Profile, progress: Callable[[str], None]) -> dict:
-    """The images real nodes run (built here, cached; clusterproof.cluster.images), after the host is checked."""
+    """The images real nodes run (built here, cached; clusterproof.provision.images), after the host is checked."""
     if not profile.real_nodes:
         return {}
-    from clusterproof.cluster import images
+    from clusterproof.provision import images
     realnodes.require_host()
     toolchain.ensure(toolchain.kubelet(profile.kubernetes_version), progress)
     return {"pause": images.build(images.PAUSE, progress), "checker": images.build(images.CHECKER, progress)}

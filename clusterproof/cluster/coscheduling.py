@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for

@@ -42,7 +42,8 @@ from typing import Callable
 import urllib3
 import yaml
 
-from clusterproof.cluster import identities, realnodes, toolchain, watchdog
+from clusterproof.cluster import identities, realnodes, watchdog
+from clusterproof.provision import toolchain
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports

@@ -13,13 +13,13 @@ kwokctl cluster, so kwokctl starts, logs (``logs/<component>.log``), records
 and stops them with the control plane and the supervisor restarts them like
 kube-scheduler (``clusterproof.cluster.health``):
 
-- ``containerd-<node>``: Debian's containerd (pinned in ``clusterproof.cluster.hostpkgs``),
+- ``containerd-<node>``: Debian's containerd (pinned in ``clusterproof.provision.hostpkgs``),
   with its own root, state, socket, runc root, CNI configuration and network
   namespaces (``netns_mounts_under_state_dir``), all under the node's directory
   inside the cluster's;
 - ``relay-<node>``: the node's road to the API server (``clusterproof.cluster.noderelay``);
 - ``kubelet-<node>``: the kubelet built at the cluster's version
-  (``clusterproof.cluster.toolchain.KUBELET``), its own root dir, ports, log dir and
+  (``clusterproof.provision.toolchain.KUBELET``), its own root dir, ports, log dir and
   cgroup root (``/clusterproof/<cluster>/<node>`` in every v1 hierarchy), a
   client certificate ``system:node:<node>`` in ``system:nodes`` signed by the
   cluster CA, so the Node authorizer and API Priority and Fairness
@@ -67,7 +67,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from clusterproof.cluster import gpu_runtime, hostpkgs, identities, nodehost, noderelay, toolchain
+from clusterproof.cluster import gpu_runtime, identities, nodehost, noderelay
+from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
@@ -608,7 +609,7 @@ def pod_on(name: str, run_id: str, node: str, image: str, tolerations: list[dict
 class Joined:
     """The real nodes of a running embedded cluster, and what their joining cost."""
     nodes: list[RealNode]
-    images: dict                      # name -> clusterproof.cluster.images.Built (imported into every node)
+    images: dict                      # name -> clusterproof.provision.images.Built (imported into every node)
     seconds_to_ready: dict[str, float]
     gpus: int
     nvml: str | None                  # the library handed to GPU containers (None: missing, a control)
@@ -623,7 +624,7 @@ def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, 
     """After ``kwokctl create cluster`` started them: each node's images imported, the node Ready, and its
     GPUs advertised (``nvidia.com/gpu``: what the NVIDIA device plugin would advertise; the harness writes
     it, as no device plugin runs without a driver)."""
-    from clusterproof.cluster import images
+    from clusterproof.provision import images
     from clusterproof.core.waiting import wait_for
     from clusterproof.kube.client import get_if_present, raw_request
     for node in nodes:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from clusterproof.cluster import coscheduling, toolchain
+from clusterproof.cluster import coscheduling
+from clusterproof.provision import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
 from clusterproof.kube.client import get_if_present, server_url

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import die_with_parent

@@ -38,7 +38,7 @@ from typing import Callable
 import psutil
 import yaml
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_port
