@@ -28,10 +28,10 @@ import argparse
 import os
 import sys
 
-from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import ArgumentParser, one_line_main
+from clusterproof.provision import hostpkgs, toolchain
 
 
 def run_args(argv: list[str]) -> argparse.Namespace:

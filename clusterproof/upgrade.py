@@ -28,11 +28,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusterproof.provision import toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core import exitcodes, outputs
 from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.run import new_run_id
+from clusterproof.provision import toolchain
 from clusterproof.report import compare
 
 ROOT = Path.cwd()

@@ -36,7 +36,6 @@ import allure
 import pytest
 
 from clusterproof.cluster import realnodes
-from clusterproof.provision import hostpkgs
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint
@@ -44,6 +43,7 @@ from clusterproof.kube.pods import create_pods, delete_pods, explain_pods
 from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
+from clusterproof.provision import hostpkgs
 from clusterproof.report.plots import Figure, Series
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events

@@ -47,10 +47,10 @@ from pathlib import Path
 import pytest
 
 import clusterproof
-from clusterproof.provision import toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.server import Limits, PromServer
+from clusterproof.provision import toolchain
 from clusterproof.report import export, origin
 
 pytestmark = pytest.mark.selftest

@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 
 from clusterproof.cluster import nodehost
-from clusterproof.provision import images, toolchain
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.waiting import wait_for
+from clusterproof.provision import images, toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from clusterproof.cluster import gpu_runtime, nodehost, realnodes
-from clusterproof.provision import hostpkgs
 from clusterproof.cluster.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
 from clusterproof.core.errors import HarnessError
 from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
+from clusterproof.provision import hostpkgs
 
 pytestmark = pytest.mark.selftest
 

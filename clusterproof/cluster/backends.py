@@ -33,7 +33,6 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, identities, realnodes
-from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, embedded_here, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
@@ -53,6 +52,7 @@ from clusterproof.kube.namespaces import Created, Pool
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.sweep import Sweep, sweep
+from clusterproof.provision import hostpkgs, toolchain
 
 
 @dataclass

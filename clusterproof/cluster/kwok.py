@@ -43,7 +43,6 @@ import urllib3
 import yaml
 
 from clusterproof.cluster import identities, realnodes, watchdog
-from clusterproof.provision import toolchain
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
@@ -60,6 +59,7 @@ from clusterproof.core.processes import (
     owner_elsewhere,
 )
 from clusterproof.kube import access
+from clusterproof.provision import toolchain
 
 NAME_PREFIX = "cp-"
 # Where every component listens (KwokctlConfiguration ``options.bindAddress``, which kwokctl v0.8.0 gives etcd's

@@ -68,10 +68,10 @@ import psutil
 import yaml
 
 from clusterproof.cluster import gpu_runtime, identities, nodehost, noderelay
-from clusterproof.provision import hostpkgs, toolchain
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
+from clusterproof.provision import hostpkgs, toolchain
 
 NODE_PREFIX = "cp-real-"
 DIR = "rn"                          # under the cluster's directory (short: unix socket paths are <108 bytes)
@@ -624,9 +624,9 @@ def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, 
     """After ``kwokctl create cluster`` started them: each node's images imported, the node Ready, and its
     GPUs advertised (``nvidia.com/gpu``: what the NVIDIA device plugin would advertise; the harness writes
     it, as no device plugin runs without a driver)."""
-    from clusterproof.provision import images
     from clusterproof.core.waiting import wait_for
     from clusterproof.kube.client import get_if_present, raw_request
+    from clusterproof.provision import images
     for node in nodes:
         for b in built.values():
             images.import_into(b, str(node.socket))

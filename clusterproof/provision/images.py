@@ -82,12 +82,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterproof.provision import toolchain
 from clusterproof.core import exitcodes, filelock
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.timeparse import format_time, http_date
+from clusterproof.provision import toolchain
 
 PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
 # The pause image's one history entry: part of its key, so an archive whose history names another path is
