@@ -42,6 +42,7 @@ import allure
 import pytest
 from kubernetes import client
 
+from clusterproof.cluster.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
@@ -54,7 +55,6 @@ from clusterproof.kube.node_taints import CHECK_TAINTS
 from clusterproof.kube.pods import create_pods, explain_pods, pod_events, terminating, try_create
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
 from clusterproof.taints.isolation import ADMISSION, CHECK_LABEL, LOW_PRIORITY, TEAM_NAMESPACES, check_pod, check_pods
-from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
 EVICTION_REASON = "TaintManagerEviction"       # kube-controller-manager's taint-eviction-controller

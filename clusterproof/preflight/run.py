@@ -35,6 +35,7 @@ from pathlib import Path
 import allure
 
 from clusterproof import IMPORT_ROOT as ROOT
+from clusterproof.cluster.scratch_nodes import ScratchNode, create_scratch_nodes
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import (
@@ -54,7 +55,6 @@ from clusterproof.kube.pods import create_pods, delete_run_pods
 from clusterproof.preflight.contract import PENDING, Marks
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from clusterproof.preflight.watch import ContractWatch
-from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 
 EVENTS_NAMESPACE = "default"         # where Events about (cluster-scoped) nodes live
 WAIT_LABEL = "clusterproof.io/preflight-waiting"
