@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import clusterproof
 from clusterproof.core import exitcodes
@@ -40,6 +41,8 @@ RULES = """\
   (`clusterproof.cluster`) and the domains use it, it runs nothing of theirs.
 - `clusterproof.report` imports no domain but `core`: it renders figures, it does not make them.
 - Only `fixtures/*.py` (the pytest face of each domain), `suites/` and `tests/` import pytest.
+- Only `clusterproof.report` talks to Allure (and the pytest face, `fixtures/` and `suites/`, which prefer its
+  helpers): a domain hands its attachments over as data (`clusterproof.core.attachment`).
 - `load/` is the locust side, run as a separate process: it imports no fixtures and no suite.
 - No module imports another module's private (`_name`) names.
 """
@@ -360,19 +363,38 @@ def report_violations(known: dict[str, Module] | None = None) -> list[str]:
     return out
 
 
-def pytest_violations(known: dict[str, Module] | None = None) -> list[str]:
-    """Only fixtures/*.py and the suites import pytest (tests/ are not part of the distribution)."""
-    known = known if known is not None else modules()
+def _package_imports(known: dict[str, Module], packages: tuple[str, ...], what: str,
+                     allowed: Callable[[str], bool]) -> list[str]:
+    """Every import of one of ``packages`` (top-level names) by a module ``allowed`` does not admit, as
+    ``file:line: imports <what>``."""
     out = []
     for name, mod in sorted(known.items()):
-        if name.split(".")[1:2] in (["fixtures"], ["suites"]):
+        if allowed(name):
             continue
         for node in ast.walk(mod.tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            if any(n.split(".")[0] in ("pytest", "_pytest") for n in names):
-                out.append(f"{display(mod.path)}:{node.lineno}: imports pytest")
+            if any(n.split(".")[0] in packages for n in names):
+                out.append(f"{display(mod.path)}:{node.lineno}: imports {what}")
     return out
+
+
+def _pytest_face(name: str) -> bool:
+    return name.split(".")[1:2] in (["fixtures"], ["suites"])
+
+
+def pytest_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """Only fixtures/*.py and the suites import pytest (tests/ are not part of the distribution)."""
+    known = known if known is not None else modules()
+    return _package_imports(known, ("pytest", "_pytest"), "pytest", _pytest_face)
+
+
+def allure_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """Only clusterproof.report (and the pytest face: fixtures/*.py, the suites) imports Allure: a domain hands
+    its attachments over as data (``clusterproof.core.attachment``)."""
+    known = known if known is not None else modules()
+    return _package_imports(known, ("allure", "allure_commons", "allure_pytest"), "allure",
+                            lambda name: _pytest_face(name) or domain_of(name) == "report")
 
 
 def load_violations(known: dict[str, Module] | None = None) -> list[str]:

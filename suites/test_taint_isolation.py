@@ -53,6 +53,7 @@ from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import CHECK_TAINTS
 from clusterproof.kube.pods import create_pods, explain_pods, pod_events, terminating, try_create
+from clusterproof.report import allure as allure_page
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
 from clusterproof.taints.isolation import ADMISSION, CHECK_LABEL, LOW_PRIORITY, TEAM_NAMESPACES, check_pod, check_pods
 
@@ -105,7 +106,8 @@ def _low_priority(isolation) -> bool:
 
 
 def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
-    isolation.attach_placement(cluster.api, cluster.profile.pool_label, namespaces, team_of, title)
+    allure_page.attach(*isolation.record_placement(cluster.api, cluster.profile.pool_label, namespaces, team_of,
+                                                   title))
 
 
 def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:

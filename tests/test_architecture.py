@@ -59,6 +59,12 @@ def test_only_fixtures_and_suites_import_pytest(known):
     assert not v, "\n".join(v)
 
 
+def test_only_report_imports_allure(known):
+    """A domain hands its attachments over as data (clusterproof.core.attachment); report/ attaches them."""
+    v = arch.allure_violations(known)
+    assert not v, "\n".join(v)
+
+
 def test_load_imports_no_fixtures_or_suites(known):
     v = arch.load_violations(known)
     assert not v, "\n".join(v)
@@ -80,8 +86,8 @@ def test_namespaces_are_created_in_one_place():
 
 
 def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
-    """Negative control: a planted cycle, a private import, a pytest import and a base-layer import are each
-    reported in one line."""
+    """Negative control: a planted cycle, a private import, a pytest import, an Allure import outside report/
+    and a base-layer import are each reported in one line."""
     pkg = tmp_path / "clusterproof"
     for d in ("core", "kube", "provision", "report", "gang", "suites", "fixtures", "load"):
         (pkg / d).mkdir(parents=True)
@@ -89,10 +95,11 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "core" / "a.py").write_text('"""A."""\nfrom clusterproof.gang import b\n')
     (pkg / "gang" / "b.py").write_text('"""B."""\nimport pytest\nfrom clusterproof.core.a import _hidden\n')
-    (pkg / "report" / "r.py").write_text('"""R."""\ndef f():\n    from clusterproof.gang import b\n')
+    (pkg / "gang" / "d.py").write_text('"""D."""\ndef f():\n    from allure import attach\n')
+    (pkg / "report" / "r.py").write_text('"""R."""\nimport allure\ndef f():\n    from clusterproof.gang import b\n')
     (pkg / "gang" / "c.py").write_text('"""C."""\nfrom clusterproof.report import r\n')
     (pkg / "load" / "l.py").write_text('"""L."""\nfrom clusterproof.fixtures import x\n')
-    (pkg / "fixtures" / "x.py").write_text('"""X."""\nimport pytest\n')
+    (pkg / "fixtures" / "x.py").write_text('"""X."""\nimport pytest\nimport allure\n')
     (pkg / "provision" / "p.py").write_text('"""P."""\nfrom clusterproof.cluster import kwok\n')
     monkeypatch.setattr(arch.clusterproof, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(arch.clusterproof, "CHECKOUT", None)
@@ -104,5 +111,7 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     [domains] = arch.domain_cycles(planted)
     assert domains.startswith("domain cycle: core <-> gang <-> report: core -> gang ("), domains
     assert [v.split(": ", 1)[1] for v in arch.pytest_violations(planted)] == ["imports pytest"]
+    assert [v.split(": ", 1)[1] for v in arch.allure_violations(planted)] == ["imports allure"]
+    assert arch.allure_violations(planted)[0].endswith("gang/d.py:3: imports allure")
     assert [v.split(": ", 1)[1] for v in arch.load_violations(planted)] == ["load imports clusterproof.fixtures.x"]
     assert [v.split(": ", 1)[1] for v in arch.private_violations(planted)] == ["imports clusterproof.core.a._hidden"]

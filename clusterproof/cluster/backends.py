@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import allure
 import urllib3
 from kubernetes import client
 
@@ -37,6 +36,7 @@ from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, 
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
+from clusterproof.core.attachment import Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.ports import free_ports
@@ -467,7 +467,7 @@ def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
                 cluster.kwok.delete()
 
 
-def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> None:
+def report_calls(c: Cluster, path: str | None, say: Callable[[str], None], attach: Attach) -> None:
     """What the harness's identity asked of the API server in this run: said in one line, attached to the
     report (with the rule of the manifest that allowed each call, on a cluster it does not own), and
     written to ``--cp-api-calls FILE``."""
@@ -479,8 +479,7 @@ def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> No
         rule = c.manifest.allows(call) if c.manifest else None
         lines.append(f"{call.describe()}" + (f"  <- {rule.describe()}" if rule else
                                              ("  <- NOT IN THE MANIFEST" if c.manifest else "")))
-    allure.attach("\n".join(lines), "API calls of the harness's identity (verb, resource, scope)",
-                  allure.attachment_type.TEXT)
+    attach(Attachment("API calls of the harness's identity (verb, resource, scope)", "\n".join(lines)))
     say(f"API calls of the harness's identity: {len(rows)} distinct, "
         f"{sum(refused.values())} answered 403 Forbidden" + (f" ({', '.join(c.describe() for c in list(refused)[:3])})"
                                                             if refused else ""))
