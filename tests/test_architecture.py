@@ -75,6 +75,12 @@ def test_no_private_names_imported_across_modules():
     assert not v, "\n".join(v)
 
 
+def test_the_life_of_a_run_names_only_what_exists(known):
+    """Every module, function, class or constant the hand-written life of a run names is in the tree."""
+    v = arch.unknown_names(arch.LIFE_OF_A_RUN, known)
+    assert not v, "\n".join(v)
+
+
 def test_namespaces_are_created_in_one_place():
     """``clusterproof.kube.namespaces.create_namespace`` is the one POST of a Namespace."""
     post = re.compile(r"""["']POST["']\s*,\s*["']/api/v1/namespaces["']""")
@@ -86,8 +92,9 @@ def test_namespaces_are_created_in_one_place():
 
 
 def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
-    """Negative control: a planted cycle, a private import, a pytest import, an Allure import outside report/
-    and a base-layer import are each reported in one line."""
+    """Negative control: a planted cycle, a private import, a pytest import, an Allure import outside report/,
+    a base-layer import and a name the life of a run might cite that is not in the tree are each reported in
+    one line."""
     pkg = tmp_path / "clusterproof"
     for d in ("core", "kube", "provision", "report", "gang", "suites", "fixtures", "load"):
         (pkg / d).mkdir(parents=True)
@@ -115,3 +122,6 @@ def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     assert arch.allure_violations(planted)[0].endswith("gang/d.py:3: imports allure")
     assert [v.split(": ", 1)[1] for v in arch.load_violations(planted)] == ["load imports clusterproof.fixtures.x"]
     assert [v.split(": ", 1)[1] for v in arch.private_violations(planted)] == ["imports clusterproof.core.a._hidden"]
+    assert arch.unknown_names("`clusterproof.gang.b` `clusterproof.gang.b.gone` `clusterproof.gang.z.f`", planted) == \
+        ["clusterproof.gang.b.gone: clusterproof.gang.b defines no gone",
+         "clusterproof.gang.z.f: clusterproof.gang defines no z.f"]
