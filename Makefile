@@ -38,10 +38,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 toolchain: $(VENV)/.installed
-	$(PY) -m clusterproof.cluster.toolchain
-	$(PY) -m clusterproof.cluster.hostpkgs --install
+	$(PY) -m clusterproof.provision.toolchain
+	$(PY) -m clusterproof.provision.hostpkgs --install
 	@# the real nodes' images (debootstrap needs root; a run with real nodes builds them, or says why not)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusterproof.cluster.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m clusterproof.provision.images; else echo "clusterproof: images for real nodes not built (not root)"; fi
 
 # The HTML report of the latest run (out/latest), or of the one named: make report RUN=<run id>,
 # built into that run's directory, out/runs/<run id>/html/, with Allure's trend history carried
@@ -56,14 +56,14 @@ FROM ?= v1.34.4
 TO   ?= v1.35.4
 upgrade-check: setup
 	$(PY) -m clusterproof.prometheus.history --cp-profile $(PROFILE)
-	$(PY) -m clusterproof.cluster.upgrade --from $(FROM) --to $(TO) --cp-profile $(PROFILE) -- $(ARGS)
+	$(PY) -m clusterproof.upgrade --from $(FROM) --to $(TO) --cp-profile $(PROFILE) -- $(ARGS)
 
 # The GitHub Actions workflows, checked by actionlint (built from the module proxy) and audited by zizmor
 # (pinned in requirements.txt; offline: its online audits need the GitHub API), both also self-tests
 # (tests/test_workflows.py, with the flags and why).
 lint-workflows: $(VENV)/.installed
-	$(PY) -m clusterproof.cluster.toolchain --only actionlint
-	$$($(PY) -c 'from clusterproof.cluster import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
+	$(PY) -m clusterproof.provision.toolchain --only actionlint
+	$$($(PY) -c 'from clusterproof.provision import toolchain as t; print(t.ACTIONLINT.path("actionlint"))') -color .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --no-config --persona auditor --strict-collection .github/workflows
 
 bench: setup

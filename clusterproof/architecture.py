@@ -13,18 +13,20 @@ and no pytest.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import clusterproof
 from clusterproof.core import exitcodes
 
-DOMAINS = ("core", "config", "kube", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
+DOMAINS = ("core", "config", "kube", "provision", "cluster", "apf", "burst", "gang", "taints", "preflight", "watch",
            "prometheus", "report")
 # The layers under the domains: the others may use them, they use no other domain.
-BASE = ("core", "config", "kube")
+BASE = ("core", "config", "kube", "provision")
 # Packages of the distribution that are not a domain of the library.
 MAPPED = clusterproof.MAPPED                       # suites, fixtures, load (top-level folders of the checkout)
 COMMAND = "clusterproof architecture > docs/architecture.md"
@@ -36,10 +38,90 @@ RULES = """\
   between domains too: no two domains depend on each other, directly or through a third.
 - `clusterproof.core` imports no other domain; `clusterproof.kube` and `clusterproof.config` import only `core`
   (and each other).
+- `clusterproof.provision` (obtaining binaries, images, host packages) imports only `core`: the running cluster
+  (`clusterproof.cluster`) and the domains use it, it runs nothing of theirs.
 - `clusterproof.report` imports no domain but `core`: it renders figures, it does not make them.
 - Only `fixtures/*.py` (the pytest face of each domain), `suites/` and `tests/` import pytest.
+- Only `clusterproof.report` talks to Allure (and the pytest face, `fixtures/` and `suites/`, which prefer its
+  helpers): a domain hands its attachments over as data (`clusterproof.core.attachment`).
 - `load/` is the locust side, run as a separate process: it imports no fixtures and no suite.
 - No module imports another module's private (`_name`) names.
+"""
+
+# The life of a run, hop by hop: the one hand-written part of the map. Every dotted ``clusterproof.`` name in
+# backticks must name a module, or a function, class or constant in one (``unknown_names``; the self-test
+# fails on a name that moved or went), so the prose cannot drift from the code it names.
+LIFE_OF_A_RUN = """\
+What `./proof run` does, from the command line to its exit code. Each hop names the code that does it; this
+part is written by hand (`clusterproof.architecture.LIFE_OF_A_RUN`), and `tests/test_architecture.py` fails
+when a `clusterproof.` name in it no longer names anything in the tree.
+
+1. **`./proof run [ARGS]`** (the bash script `proof`, its `run`): `make -s venv` (the pinned venv, exit 8 if
+   it cannot be built), then `python -m clusterproof.prepare` (`clusterproof.prepare.main`), which builds
+   what this run will use and nothing else: the Go-built components
+   (`clusterproof.provision.toolchain.ensure_many`), the real nodes' host packages and images, the embedded
+   Prometheus's history (`clusterproof.prometheus.history.build`); bad input exits 4, a failed build 8.
+   Then the script `exec`s `python -m pytest --cp-profile PROFILE suites ARGS`: pytest's exit code is the
+   command's. (`clusterproof run`, `clusterproof.cli.main`, is the installed way in: pytest with
+   `--pyargs clusterproof.suites`, no prepare step; what is not built yet is built on first use.)
+2. **The plugin loads**: pytest finds `clusterproof.fixtures` through the `pytest11` entry point (the
+   checkout's editable install has it too), and that module's `pytest_plugins` loads one fixtures module per
+   domain (`clusterproof.fixtures.cluster`, `clusterproof.fixtures.report`, ...). In a checkout the root
+   `conftest.py` collects `suites/` under the installed names (`clusterproof.suites.test_x`), so a checkout
+   run and an installed run import the same modules by the same names.
+3. **Configure, before any test** (a mistake here is one line and exit 4):
+   `clusterproof.fixtures.pytest_configure` picks the run id (`clusterproof.core.run.new_run_id`), the run's
+   output directory (`clusterproof.core.outputs.RunOutputs`, `out/runs/<run id>/`: Allure results, junit.xml)
+   and the bounds on every check; `clusterproof.fixtures.cluster.pytest_configure` turns SIGINT, SIGTERM and
+   SIGHUP into one KeyboardInterrupt, installs the `clusterproof.fixtures.cluster.LivenessGuard` and loads
+   the profile (`clusterproof.config.profile.load_profile`: YAML, `--cp-set`, a team's key groups); with
+   `--cp-kubeconfig` it checks the cluster and the identity's grants
+   (`clusterproof.cluster.backends.check_existing`); `clusterproof.fixtures.report.pytest_configure` opens
+   the report's session state (`clusterproof.report.summary.ReportSession`) and reads `--cp-baseline`.
+   At collection, destructive checks are skipped on real hardware and on a cluster the harness did not start
+   unless `--cp-allow-destructive` (`clusterproof.fixtures.cluster.pytest_collection_modifyitems`).
+4. **The cluster**, once per session, when the first module or check asks for it
+   (`clusterproof.fixtures.cluster.cluster`): either the embedded one
+   (`clusterproof.cluster.backends.start_embedded`: dead runs' leftovers on this machine swept
+   (`clusterproof.cluster.backends.sweep_local`), every binary ensured
+   (`clusterproof.provision.toolchain.ensure_all`), kwokctl's control plane started
+   (`clusterproof.cluster.kwok.KwokCluster.prepare` starts the watchdog that deletes it if the run is killed,
+   `clusterproof.cluster.kwok.KwokCluster.start`), the run's Lease taken
+   (`clusterproof.kube.liveness.RunLease`), the simulated nodes created and Ready
+   (`clusterproof.cluster.nodes.create_nodes`, `clusterproof.cluster.nodes.wait_ready`)), or the user's
+   (`clusterproof.cluster.backends.connect_existing`: the Lease, the sweep of earlier runs' leftovers
+   (`clusterproof.kube.sweep.sweep`), the namespace pool, the owner record). A cluster that cannot be
+   started or reached ends the run: exit 4.
+5. **Around each test module** (`clusterproof.fixtures.cluster.control_plane_guard`): the control plane is
+   healthy when the module starts (`clusterproof.cluster.health.ModuleGuard.start`), the embedded cluster's
+   components are kept running (`clusterproof.cluster.health.Supervisor`), and after the module
+   `clusterproof.cluster.health.ModuleGuard.end` fails it if it broke the control plane or the API servers
+   answered 5xx (`clusterproof.cluster.apiguard.ApiGuard`).
+6. **The suites** (`suites/test_<behaviour>.py`): a module's fixtures (`fixtures/<domain>.py`) set up and
+   measure through their domain (for instance `clusterproof.fixtures.burst.burst` runs
+   `clusterproof.burst.measure.run_phase`, `clusterproof.fixtures.taints` calls
+   `clusterproof.taints.isolation.set_up`) and undo it at the module's end; each check records its figures
+   (the `figures` fixture, `clusterproof.core.measurement.FigureRecorder`) and asserts. What a domain has for the
+   page is handed over as data (`clusterproof.core.attachment.Attachment`) and attached by
+   `clusterproof.report.allure.attach`; each check's page gets its title, its figures table
+   (`clusterproof.report.allure.attach_figures`) and, when it failed, the cluster's state
+   (`clusterproof.report.allure.attach_cluster_state`) from `clusterproof.fixtures.report.pytest_runtest_makereport`.
+7. **Teardown**: at the session's end the supervisor stops and the `cluster` fixture removes what the run
+   created (`clusterproof.cluster.backends.stop`: on a cluster the harness does not own,
+   `clusterproof.cluster.backends.release_owned` empties the pool namespaces and removes what the owner
+   record names; the embedded cluster is deleted unless `--cp-keep-cluster`), releases the Lease and
+   reports the identity's API calls (`clusterproof.cluster.backends.report_calls`). A second interrupt
+   during this is ignored (`clusterproof.fixtures.cluster.tearing_down`).
+8. **Figures, report, summary**: `clusterproof.fixtures.report.pytest_sessionfinish` writes Allure's
+   environment (`clusterproof.report.allure.write_environment`) and `summary.json`
+   (`clusterproof.report.summary.build`, `clusterproof.report.summary.write`), compares it with
+   `--cp-baseline` (`comparison.json`); `clusterproof.fixtures.report.ReportHooks.pytest_sessionfinish`,
+   the outermost, writes Allure's executor and the CI's step summary (`clusterproof.report.ci.session_end`).
+   `./proof report` builds the HTML from `out/runs/<run id>/allure-results/` later.
+9. **The exit code** is pytest's session status, which the plugin may raise: 6 when every check passed but
+   a figure regressed against the baseline (`clusterproof.report.compare.REGRESSION_EXIT`), 7 when the run
+   lost its Lease (`clusterproof.kube.liveness.LIVENESS_EXIT`, set by the `LivenessGuard`). Every code and
+   what to do about it: [exit-codes.md](exit-codes.md) (`clusterproof.core.exitcodes`).
 """
 
 
@@ -227,6 +309,10 @@ def render() -> str:
         "A suite, a locustfile or a bench belongs to the domain it imports most (`clusterproof architecture` "
         "decides; the base layers only when it imports no other domain).",
         "",
+        "## Life of a run",
+        "",
+        LIFE_OF_A_RUN.rstrip(),
+        "",
         "## Domains",
     ]
     titles = (("library", "Library"), ("fixtures", "Fixtures"), ("suite", "Suites"), ("locustfile", "Locustfiles"),
@@ -331,10 +417,11 @@ def domain_cycles(known: dict[str, Module] | None = None) -> list[str]:
 
 
 def layer_violations(known: dict[str, Module] | None = None, exempt: tuple[str, ...] = ()) -> list[str]:
-    """core imports no other domain; kube and config only core (and each other); ``exempt``: domains not
-    checked (yet)."""
+    """core imports no other domain; kube and config only core (and each other); provision only core;
+    ``exempt``: domains not checked (yet)."""
     known = known if known is not None else modules()
-    allowed = {"core": {"core"}, "kube": {"core", "kube", "config"}, "config": {"core", "config", "kube"}}
+    allowed = {"core": {"core"}, "kube": {"core", "kube", "config"}, "config": {"core", "config", "kube"},
+               "provision": {"core", "provision"}}
     out = []
     for imp in all_imports(known):
         src, dst = domain_of(imp.module), domain_of(imp.target)
@@ -357,19 +444,38 @@ def report_violations(known: dict[str, Module] | None = None) -> list[str]:
     return out
 
 
-def pytest_violations(known: dict[str, Module] | None = None) -> list[str]:
-    """Only fixtures/*.py and the suites import pytest (tests/ are not part of the distribution)."""
-    known = known if known is not None else modules()
+def _package_imports(known: dict[str, Module], packages: tuple[str, ...], what: str,
+                     allowed: Callable[[str], bool]) -> list[str]:
+    """Every import of one of ``packages`` (top-level names) by a module ``allowed`` does not admit, as
+    ``file:line: imports <what>``."""
     out = []
     for name, mod in sorted(known.items()):
-        if name.split(".")[1:2] in (["fixtures"], ["suites"]):
+        if allowed(name):
             continue
         for node in ast.walk(mod.tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            if any(n.split(".")[0] in ("pytest", "_pytest") for n in names):
-                out.append(f"{display(mod.path)}:{node.lineno}: imports pytest")
+            if any(n.split(".")[0] in packages for n in names):
+                out.append(f"{display(mod.path)}:{node.lineno}: imports {what}")
     return out
+
+
+def _pytest_face(name: str) -> bool:
+    return name.split(".")[1:2] in (["fixtures"], ["suites"])
+
+
+def pytest_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """Only fixtures/*.py and the suites import pytest (tests/ are not part of the distribution)."""
+    known = known if known is not None else modules()
+    return _package_imports(known, ("pytest", "_pytest"), "pytest", _pytest_face)
+
+
+def allure_violations(known: dict[str, Module] | None = None) -> list[str]:
+    """Only clusterproof.report (and the pytest face: fixtures/*.py, the suites) imports Allure: a domain hands
+    its attachments over as data (``clusterproof.core.attachment``)."""
+    known = known if known is not None else modules()
+    return _package_imports(known, ("allure", "allure_commons", "allure_pytest"), "allure",
+                            lambda name: _pytest_face(name) or domain_of(name) == "report")
 
 
 def load_violations(known: dict[str, Module] | None = None) -> list[str]:
@@ -411,6 +517,38 @@ def _dotted(node: ast.expr, aliases: dict[str, str]) -> str | None:
         base = _dotted(node.value, aliases)
         return f"{base}.{node.attr}" if base else None
     return None
+
+
+def _defines(tree: ast.Module | ast.ClassDef, name: str) -> ast.AST | None:
+    """The def, class or assignment of ``name`` directly in a module or class body, or None."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return node
+    return None
+
+
+def unknown_names(text: str, known: dict[str, Module] | None = None) -> list[str]:
+    """The dotted ``clusterproof.`` names in backticks in ``text`` that name nothing in the tree: neither a
+    module nor a function, class or constant of one (nor a method of such a class)."""
+    known = known if known is not None else modules()
+    out = []
+    for name in dict.fromkeys(re.findall(r"`(clusterproof(?:\.\w+)+)`", text)):
+        parts = name.split(".")
+        cut = max((i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in known), default=0)
+        if cut == 0:
+            out.append(f"{name}: no such module")
+            continue
+        scope: ast.AST | None = known[".".join(parts[:cut])].tree
+        for attr in parts[cut:]:
+            scope = _defines(scope, attr) if isinstance(scope, (ast.Module, ast.ClassDef)) else None
+            if scope is None:
+                out.append(f"{name}: {'.'.join(parts[:cut])} defines no {'.'.join(parts[cut:])}")
+                break
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

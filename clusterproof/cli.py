@@ -30,14 +30,14 @@ from pathlib import Path
 from clusterproof.core import exitcodes
 
 JOBS = {
-    "upgrade": "clusterproof.cluster.upgrade",
+    "upgrade": "clusterproof.upgrade",
     "sweep": "clusterproof.cluster.kwok",
-    "toolchain": "clusterproof.cluster.toolchain",
+    "toolchain": "clusterproof.provision.toolchain",
     "prepare": "clusterproof.prepare",
     "doctor": "clusterproof.doctor",
     "prom-history": "clusterproof.prometheus.history",
-    "images": "clusterproof.cluster.images",
-    "host-packages": "clusterproof.cluster.hostpkgs",
+    "images": "clusterproof.provision.images",
+    "host-packages": "clusterproof.provision.hostpkgs",
     "architecture": "clusterproof.architecture",
     "load-worker": "clusterproof.core.loadworker",
     "profile": "clusterproof.cluster.site_profile",

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import clusterproof
 from clusterproof import prepare
-from clusterproof.cluster import hostpkgs, realnodes, toolchain
+from clusterproof.cluster import realnodes
 from clusterproof.config.profile import Profile
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError, one_line_main
+from clusterproof.provision import hostpkgs, toolchain
 
 MIN_PYTHON = (3, 11)
 CGROUP_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids", "cpuset")   # what realnodes.require_host checks

@@ -28,10 +28,10 @@ import argparse
 import os
 import sys
 
-from clusterproof.cluster import hostpkgs, toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import ArgumentParser, one_line_main
+from clusterproof.provision import hostpkgs, toolchain
 
 
 def run_args(argv: list[str]) -> argparse.Namespace:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             if hostpkgs.main(["--install"]) != 0:
                 return exitcodes.SETUP_FAILED
             if os.geteuid() == 0:
-                from clusterproof.cluster import images
+                from clusterproof.provision import images
                 for im in images.IMAGES:
                     images.build(im, progress=say)
             else:

@@ -38,11 +38,12 @@ import math
 import allure
 import pytest
 
-from clusterproof.burst.measure import attach
+from clusterproof.burst.measure import attachments, latency_plot
 from clusterproof.burst.plan import burst as burst_phase
 from clusterproof.burst.plan import job_bound_s
 from clusterproof.core.stats import percentile
 from clusterproof.fixtures import PROFILE
+from clusterproof.report import allure as allure_page
 from clusterproof.report.plots import Plot, Series
 
 # Floods the API server with pod creates: opt-in on real clusters (--cp-allow-destructive).
@@ -55,6 +56,12 @@ def pytest_generate_tests(metafunc):
     if "job" in metafunc.fixturenames:
         names = burst_phase(metafunc.config.stash[PROFILE]).job_names()
         metafunc.parametrize("job", [pytest.param((i, j), id=j) for i, j in enumerate(names)])
+
+
+def _attach(profile, run) -> None:
+    """A phase's plot (with its data), figures, locust statistics and pod timeline, on the check's own page."""
+    latency_plot(profile, run).attach()
+    allure_page.attach(*attachments(run))
 
 
 def _s(seconds) -> str:
@@ -94,7 +101,7 @@ def test_steady_pod_startup_meets_the_slo(burst, profile, figures):
     held to the same SLO. Red: scheduling or start-up cannot keep up with the steady rate."""
     run, slo = burst.steady, profile.slo_pod_startup_p99_s
     f = run.figures
-    attach(profile, run)
+    _attach(profile, run)
     # A pod that never ran counts as infinitely slow: the SLO is over every pod created.
     lat = [p.startup_server_s if p.startup_server_s is not None else math.inf for p in run.pods]
     lat += [math.inf] * max(0, run.planned - len(lat))
@@ -160,7 +167,7 @@ def test_every_pod_of_the_burst_is_created(burst, profile, figures):
     a log line) and its share completed by the harness; the check still holds. Red: the API server refused or lost
     creates (locust's errors are in the message)."""
     run = burst.burst
-    attach(profile, run)
+    _attach(profile, run)
     f = run.figures
     errors = "; ".join(f"{r['Error']} x{r['Occurrences']}" for r in run.locust.failures)
     created = f.create_requests - f.create_failures

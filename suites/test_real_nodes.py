@@ -35,7 +35,8 @@ import time
 import allure
 import pytest
 
-from clusterproof.cluster import hostpkgs, realnodes
+from clusterproof.cluster import realnodes
+from clusterproof.cluster.realnode_config import LEASE_DURATION_S, RealNode
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint
@@ -43,6 +44,7 @@ from clusterproof.kube.pods import create_pods, delete_pods, explain_pods
 from clusterproof.kube.podtimeline import startup_server_s
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.real import restore, run_round
+from clusterproof.provision import hostpkgs
 from clusterproof.report.plots import Plot, Series
 
 INJECTED = "ecc-uncorrectable"    # a fault the checker finds without waiting for XID events
@@ -99,7 +101,7 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
 
 # --- 2. the kubelet enforces taints itself ----------------------------------------------------------
 
-def _tasks(node: realnodes.RealNode) -> set[str]:
+def _tasks(node: RealNode) -> set[str]:
     out = subprocess.run([hostpkgs.binary("ctr"), "--address", str(node.socket), "-n", "k8s.io", "tasks", "ls", "-q"],
                          capture_output=True, text=True, timeout=30)
     return set(out.stdout.split())
@@ -172,7 +174,7 @@ def _pod_events(api, namespace: str, pod: str) -> list[dict]:
 
 def _heartbeats(audit_log, names: list[str]) -> list[dict]:
     """The real nodes' Lease and node-status writes the apiserver audited
-    (clusterproof.cluster.realnodes.audit_rules)."""
+    (clusterproof.cluster.realnode_config.audit_rules)."""
     out = []
     try:
         lines = audit_log.read_text(errors="replace").splitlines()
@@ -211,7 +213,7 @@ def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_neve
                           until=lambda evs: all(sum(1 for e in evs if e["objectRef"]["name"] == n
                                                     and e["objectRef"]["resource"] == "leases") >= MIN_RENEWALS
                                                 for n in real.names),
-                          timeout=realnodes.LEASE_DURATION_S + 10, interval=2, what="real node Lease renewals audited")
+                          timeout=LEASE_DURATION_S + 10, interval=2, what="real node Lease renewals audited")
     except WaitTimeout:
         events = _heartbeats(cluster.kwok.audit_log, real.names)
     problems, rows, flows = [], [], {}
@@ -243,16 +245,16 @@ def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_neve
         Plot(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
              "gap since the previous renewal (s)",
              [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
-             {f"Lease duration ({realnodes.LEASE_DURATION_S} s)": realnodes.LEASE_DURATION_S}).attach()
-        if max(gaps) > realnodes.LEASE_DURATION_S:
+             {f"Lease duration ({LEASE_DURATION_S} s)": LEASE_DURATION_S}).attach()
+        if max(gaps) > LEASE_DURATION_S:
             problems.append(f"node {name}: its Lease went {max(gaps):.0f} s without renewal "
-                            f"(duration {realnodes.LEASE_DURATION_S} s)")
+                            f"(duration {LEASE_DURATION_S} s)")
     allure.attach("\n".join(f"{n}: {_flows(f)}" for n, f in flows.items()),
                   "flow schemas of the real kubelets' requests (responses counted)", allure.attachment_type.TEXT)
     allure.attach("\n".join(f"{n}: {c} renewals over {s:.0f} s, longest gap {g:.1f} s" for n, c, s, g in rows),
                   "Lease renewals per real node", allure.attachment_type.TEXT)
     if rows:
-        figures.add("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", realnodes.LEASE_DURATION_S)
+        figures.add("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", LEASE_DURATION_S)
     assert not problems, "; ".join(problems)
 
 

@@ -42,6 +42,7 @@ import allure
 import pytest
 from kubernetes import client
 
+from clusterproof.cluster.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
@@ -52,9 +53,9 @@ from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.node_taints import CHECK_TAINTS
 from clusterproof.kube.pods import create_pods, explain_pods, pod_events, terminating, try_create
+from clusterproof.report import allure as allure_page
 from clusterproof.taints.admission import TeamRules, describe_toleration, team_tolerations
 from clusterproof.taints.isolation import ADMISSION, CHECK_LABEL, LOW_PRIORITY, TEAM_NAMESPACES, check_pod, check_pods
-from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node, create_scratch_nodes
 
 SHOW = 10  # offenders named in one failure message; the rest are counted
 EVICTION_REASON = "TaintManagerEviction"       # kube-controller-manager's taint-eviction-controller
@@ -105,7 +106,8 @@ def _low_priority(isolation) -> bool:
 
 
 def _placement(cluster, isolation, namespaces: list[str], team_of: dict[str, str], title: str) -> None:
-    isolation.attach_placement(cluster.api, cluster.profile.pool_label, namespaces, team_of, title)
+    allure_page.attach(*isolation.record_placement(cluster.api, cluster.profile.pool_label, namespaces, team_of,
+                                                   title))
 
 
 def _exact(rules: TeamRules, pod: dict, want: list[dict]) -> str | None:

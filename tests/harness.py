@@ -162,7 +162,7 @@ def private_cache(tmp_path: Path) -> Path:
     other's leftovers: the builds, images, Prometheus histories and the real nodes' address lock are this
     machine's (linked), the embedded clusters' and Prometheus run directories are its own. A run killed in it
     is swept by the next run in it, never by a run of another parallel worker."""
-    from clusterproof.cluster import toolchain
+    from clusterproof.provision import toolchain
     shared, root = toolchain.cache_root(), tmp_path / "cache"
     (root / "prometheus").mkdir(parents=True, exist_ok=True)
     for name in ("bin", "images", "logs", "real-nodes.lock", "prometheus/history"):

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import hostpkgs, images, toolchain
 from clusterproof.core.errors import HarnessError
+from clusterproof.provision import hostpkgs, images, toolchain
 
 pytestmark = pytest.mark.selftest
 

@@ -20,13 +20,14 @@ import psutil
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain, watchdog
+from clusterproof.cluster import watchdog
 from clusterproof.cluster.kwok import NAME_PREFIX, OWNER_FILE, KwokCluster, kwokctl, sweep_clusters
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import clear_pid_files, owner_alive, this_host
 from clusterproof.core.waiting import wait_for
 from clusterproof.preflight import run as preflight
 from clusterproof.prometheus.server import runs_root, sweep_runs
+from clusterproof.provision import toolchain
 from tests.harness import ROOT, kept_from_other_sweeps, private_cache
 
 pytestmark = pytest.mark.selftest

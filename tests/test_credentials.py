@@ -27,12 +27,12 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain
 from clusterproof.core import redact
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.access import HOME
 from clusterproof.prometheus.client import Prom
 from clusterproof.prometheus.server import runs_root
+from clusterproof.provision import toolchain
 from tests import guest
 from tests.harness import background_pytest, ended_early, kill_run, private_cache, run_pytest
 from tests.test_prometheus_bad_input import assert_nowhere

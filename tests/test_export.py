@@ -11,7 +11,7 @@ its files are then read by the real consumers that run on this machine:
   An installed package says its commit is unknown.
 - **Each figure is a property of its check's ``<testcase>``** in junit.xml.
 - **PerfData** is read by the project's PerfData reader
-  (``clusterproof.cluster.toolchain.PERFDATA_READER``): a Go program decoding
+  (``clusterproof.provision.toolchain.PERFDATA_READER``): a Go program decoding
   it into ``k8s.io/kubernetes/test/e2e/perftype.PerfData``, the type perfdash
   decodes ClusterLoader2's files into, built from the module proxy at the
   control plane's pinned version. perfdash itself cannot be built here: the
@@ -47,10 +47,10 @@ from pathlib import Path
 import pytest
 
 import clusterproof
-from clusterproof.cluster import toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.server import Limits, PromServer
+from clusterproof.provision import toolchain
 from clusterproof.report import export, origin
 
 pytestmark = pytest.mark.selftest

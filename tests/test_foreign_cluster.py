@@ -49,7 +49,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from clusterproof.cluster import backends, toolchain, watchdog
+from clusterproof.cluster import backends, watchdog
 from clusterproof.cluster.kwok import BIND_ADDRESS, PORTS, KwokCluster, embedded_here
 from clusterproof.config.profile import profile_model
 from clusterproof.core.errors import HarnessError
@@ -61,6 +61,7 @@ from clusterproof.fixtures import ALIASED
 from clusterproof.kube import access
 from clusterproof.kube.client import KWOK_ANNOTATION, get_if_present, list_raw, load_client, merge_patch, raw_request
 from clusterproof.kube.nodes import is_ready
+from clusterproof.provision import toolchain
 from tests import guest
 from tests.harness import ROOT, private_cache, run_leftovers, run_pytest
 

@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from clusterproof.cluster import scratch_nodes
+from clusterproof.cluster.scratch_nodes import NotIdle, borrow_idle_node
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
@@ -38,8 +40,6 @@ from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.node_taints import add_taint, records, remove_taint
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
-from clusterproof.taints import scratch_nodes
-from clusterproof.taints.scratch_nodes import NotIdle, borrow_idle_node
 from tests.harness import ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest

@@ -55,10 +55,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusterproof.cluster import realnodes, toolchain, watchdog
+from clusterproof.cluster import realnodes, watchdog
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
 from clusterproof.core.ports import free_port
 from clusterproof.core.waiting import wait_for
+from clusterproof.provision import toolchain
 from tests.harness import background_pytest, ended_early, private_cache
 
 pytestmark = [pytest.mark.selftest,

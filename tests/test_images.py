@@ -1,4 +1,4 @@
-"""The node images (clusterproof/cluster/images.py): the pause binary, both archives, and the checker
+"""The node images (clusterproof/provision/images.py): the pause binary, both archives, and the checker
 run by a real containerd.
 
 A private containerd (own root, state and socket in a temporary directory; the
@@ -30,11 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import images, nodehost, toolchain
+from clusterproof.cluster import nodehost
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.waiting import wait_for
+from clusterproof.provision import images, toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,7 +232,7 @@ def _as_user(user: int, *cmd: str) -> list[str]:
 
 
 def _cli(*args: str, env: dict | None = None, user: int | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "clusterproof.cluster.images", *args]
+    cmd = [sys.executable, "-m", "clusterproof.provision.images", *args]
     if user is not None:
         cmd = _as_user(user, *cmd)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from clusterproof import prepare
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +53,6 @@ def test_bad_input_is_one_line():
     run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--cp-profile", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 4 and len(run.stderr.splitlines()) == 1 and "unknown profile" in run.stderr
-    bad = subprocess.run([sys.executable, "-m", "clusterproof.cluster.toolchain", "--only", "nope"], cwd=ROOT,
+    bad = subprocess.run([sys.executable, "-m", "clusterproof.provision.toolchain", "--only", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 4 and len(bad.stderr.splitlines()) == 1 and "no toolchain component" in bad.stderr

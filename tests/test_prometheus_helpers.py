@@ -10,7 +10,6 @@ import pytest
 import requests
 from prometheus_api_client import PrometheusApiClientException
 
-from clusterproof.cluster import toolchain
 from clusterproof.core.timeparse import duration_s
 from clusterproof.prometheus import slo as promslo
 from clusterproof.prometheus.client import PARSE_BYTES, Answer, Prom, answer_from, from_library_error
@@ -26,6 +25,7 @@ from clusterproof.prometheus.history import (
 )
 from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
 from clusterproof.prometheus.queries import MAX_POINTS, max_samples_query, seed_queries
+from clusterproof.provision import toolchain
 
 pytestmark = pytest.mark.selftest
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from clusterproof.cluster import gpu_runtime, hostpkgs, nodehost, realnodes
+from clusterproof.cluster import gpu_runtime, nodehost, realnode_config, realnodes
 from clusterproof.cluster.gpu_runtime import ASKS, FAULTS_TARGET, LIB_TARGET, bundle_of, inject, wants_gpus
 from clusterproof.core.errors import HarnessError
 from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
+from clusterproof.provision import hostpkgs
 
 pytestmark = pytest.mark.selftest
 
@@ -35,8 +36,8 @@ def spec(*env: str) -> dict:
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}
 
 
-def node(tmp_path: Path, index: int = 0) -> realnodes.RealNode:
-    return realnodes.RealNode(name=f"cp-real-{index}", index=index, directory=tmp_path / "rn" / str(index),
+def node(tmp_path: Path, index: int = 0) -> realnode_config.RealNode:
+    return realnode_config.RealNode(name=f"cp-real-{index}", index=index, directory=tmp_path / "rn" / str(index),
                               address="172.31.4.1", pod_subnet="172.31.4.0/24", bridge="cpbdeadbeef",
                               veth="cpvdeadbeef",
                               cgroup_root=f"/clusterproof/cp-x/cp-real-{index}", kubelet_port=40001,
@@ -164,7 +165,8 @@ def test_the_runtime_leaves_a_container_without_gpus_alone(runtime):
 
 def test_containerd_is_confined_to_the_nodes_directory_and_runs_the_gpu_runtime(tmp_path):
     n = node(tmp_path)
-    cfg = tomllib.loads(realnodes.containerd_config(n, "registry.local/pause:3.10", "/x/nvidia-container-runtime"))
+    cfg = tomllib.loads(realnode_config.containerd_config(n, "registry.local/pause:3.10",
+                                                          "/x/nvidia-container-runtime"))
     cri = cfg["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True, "without it runc cannot start a sandbox (NOTES.md)"
     assert cri["netns_mounts_under_state_dir"] is True, "network namespaces must live under the node's directory"
@@ -182,22 +184,22 @@ def test_containerd_is_confined_to_the_nodes_directory_and_runs_the_gpu_runtime(
 
 def test_the_kubelet_runs_on_cgroup_v1_without_anonymous_access_and_registers_tainted(tmp_path):
     n = node(tmp_path)
-    cfg = realnodes.kubelet_config(n, tmp_path / "pki" / "ca.crt")
+    cfg = realnode_config.kubelet_config(n, tmp_path / "pki" / "ca.crt")
     assert cfg["failCgroupV1"] is False and cfg["cgroupDriver"] == "cgroupfs"
     assert cfg["cgroupRoot"] == n.cgroup_root
     assert cfg["authentication"]["anonymous"] == {"enabled": False}
     assert cfg["authentication"]["x509"]["clientCAFile"] == str(tmp_path / "pki" / "ca.crt")
     assert cfg["authorization"]["mode"] == "Webhook" and cfg["readOnlyPort"] == 0
-    assert cfg["registerWithTaints"] == [realnodes.REAL_NODE_TAINT]
+    assert cfg["registerWithTaints"] == [realnode_config.REAL_NODE_TAINT]
     assert cfg["containerRuntimeEndpoint"] == f"unix://{n.socket}"
     assert (cfg["address"], cfg["port"], cfg["healthzPort"]) == (n.address, n.kubelet_port, n.healthz_port)
-    assert cfg["nodeLeaseDurationSeconds"] == realnodes.LEASE_DURATION_S
+    assert cfg["nodeLeaseDurationSeconds"] == realnode_config.LEASE_DURATION_S
     assert cfg["podLogsDir"].startswith(str(n.directory) + "/")
 
 
 def test_the_kubelet_changes_no_kernel_tunable_and_makes_no_iptables_chain(tmp_path):
     """It would set vm.overcommit_memory, kernel.panic... on the host, and hook KUBE-FIREWALL into INPUT/OUTPUT."""
-    cfg = realnodes.kubelet_config(node(tmp_path), tmp_path / "pki" / "ca.crt")
+    cfg = realnode_config.kubelet_config(node(tmp_path), tmp_path / "pki" / "ca.crt")
     assert cfg["protectKernelDefaults"] is True, "the kubelet must refuse to start rather than write a kernel tunable"
     assert cfg["makeIPTablesUtilChains"] is False, "the kubelet must make no iptables chain"
 
@@ -206,7 +208,7 @@ def test_the_bridge_is_no_gateway_and_the_pods_never_get_the_hosts_address(tmp_p
     """A gateway bridge plugin turns net.ipv4.ip_forward on (containernetworking-plugins 1.1.1 bridge.go); .254
     is the host's end of the node's veth (nodehost.host_address)."""
     n = node(tmp_path)
-    [bridge] = realnodes.cni_config(n)["plugins"]
+    [bridge] = realnode_config.cni_config(n)["plugins"]
     assert bridge["bridge"] == n.bridge and bridge["isGateway"] is False and bridge["ipMasq"] is False
     assert not bridge.get("isDefaultGateway"), "isDefaultGateway implies isGateway"
     [[r]] = bridge["ipam"]["ranges"]
@@ -218,15 +220,15 @@ def test_the_bridge_is_no_gateway_and_the_pods_never_get_the_hosts_address(tmp_p
 def test_a_nodes_socket_path_fits_a_unix_socket():
     """sun_path is 108 bytes: the deepest socket (the ttrpc one) of a node in a long-named cluster fits."""
     home = Path("/home/a-rather-long-user-name/.cache/clusterproof/kwok/clusters/cp-20261125-193726-c0a0")
-    n = realnodes.RealNode("cp-real-7", 7, home / realnodes.DIR / "7", "", "", "", "", "", 0, 0)
+    n = realnode_config.RealNode("cp-real-7", 7, home / realnodes.DIR / "7", "", "", "", "", "", 0, 0)
     assert len(f"{n.socket}.ttrpc".encode()) < 108
 
 
 # --- audit rules and the flow schemas of a kubelet's responses -----------------------------------------
 
 def test_audit_rules_log_only_the_named_nodes_heartbeats_at_metadata_level():
-    assert realnodes.audit_rules([]) == []
-    lease, status = realnodes.audit_rules(["cp-real-0", "cp-real-1"])
+    assert realnode_config.audit_rules([]) == []
+    lease, status = realnode_config.audit_rules(["cp-real-0", "cp-real-1"])
     for rule in (lease, status):
         assert rule["level"] == "Metadata" and sorted(rule["verbs"]) == ["patch", "update"]
         [res] = rule["resources"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterproof.core.attachment import Attachment
 from clusterproof.core.measurement import Figure
 from clusterproof.report import allure as page
 
@@ -42,6 +43,9 @@ import os
 
 import allure
 import pytest
+
+from clusterproof.core.attachment import CSV, JSON, Attachment
+from clusterproof.report import allure as page
 
 VALUE = float(os.environ["CP_TINY_VALUE"])
 
@@ -64,6 +68,13 @@ def test_the_old_way(figures):
     """A figure recorded as a plain parameter, as before: its historyId changes with the value."""
     f = figures.add("latency p99", VALUE, "s", 5.0)
     allure.dynamic.parameter(f.name, f.shown())
+
+
+def test_hands_over_attachments(tmp_path):
+    """A domain's attachments, handed over as data and attached by report/. Red: never."""
+    (tmp_path / "stats.csv").write_text("a,b\\n1,2\\n")
+    page.attach(Attachment("a text", "one line"), Attachment("some json", '{"x": 1}', JSON),
+                Attachment.file(tmp_path / "stats.csv", "a csv file", CSV))
 '''
 
 
@@ -83,7 +94,8 @@ def _run_tiny(tmp_path: Path, value: float) -> dict[str, dict]:
         r = json.loads(f.read_text())
         r["_dir"] = work / "allure"
         out[next(lb["value"] for lb in r["labels"] if lb["name"] == "pytest.id")] = r
-    assert set(out) == {"test_measures", "test_per_mode[paced]", "test_per_mode[storm]", "test_the_old_way"}, out
+    assert set(out) == {"test_measures", "test_per_mode[paced]", "test_per_mode[storm]", "test_the_old_way",
+                        "test_hands_over_attachments"}, out
     return out
 
 
@@ -140,6 +152,21 @@ def test_the_page_shows_the_checks_own_docstring_and_its_figures_whole(two_runs)
                     ("pods seen", "3", "pods", "", "not judged")], table
     # Once per check: the other checks have their own table (of their one figure).
     assert _attachment(first["test_per_mode[paced]"], "figures").count("<tr class=") == 1
+
+
+def test_a_domains_attachments_reach_the_page_with_their_name_body_and_kind(two_runs):
+    """What a domain hands over (``clusterproof.core.attachment``) is what the page shows: the name, the body
+    (a file's as it was) and the kind's MIME type."""
+    r = two_runs[0]["test_hands_over_attachments"]
+    got = {a["name"]: (a["type"], (r["_dir"] / a["source"]).read_text()) for a in r.get("attachments", [])}
+    want = {"a text": ("text/plain", "one line"), "some json": ("application/json", '{"x": 1}'),
+            "a csv file": ("text/csv", "a,b\n1,2\n")}
+    assert {k: got.get(k) for k in want} == want, got
+
+
+def test_an_attachment_of_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="kind 'png'"):
+        Attachment("a plot", "", "png")
 
 
 def test_the_figures_table_has_one_row_per_figure_with_its_verdict():

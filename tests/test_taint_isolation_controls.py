@@ -25,6 +25,7 @@ import pytest
 
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.cluster.nodes import node_bodies, node_name
+from clusterproof.cluster.scratch_nodes import borrow_idle_node
 from clusterproof.core.run import RUN_LABEL, SCRATCH_LABEL, metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.access import HOME
@@ -39,7 +40,6 @@ from clusterproof.kube.node_taints import (
 )
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.taints import admission as adm
-from clusterproof.taints.scratch_nodes import borrow_idle_node
 from tests.harness import (
     RUN_KINDS,
     allure_results,

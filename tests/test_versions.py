@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from clusterproof.cluster import toolchain
 from clusterproof.cluster.kwok import known_feature_gates, split_feature_gates
 from clusterproof.config.profile import load_profile
 from clusterproof.core.errors import HarnessError
+from clusterproof.provision import toolchain
 
 pytestmark = pytest.mark.selftest
 

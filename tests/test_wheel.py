@@ -108,7 +108,7 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_generic(installed)
     assert len(top) == 2 and "clusterproof" in top and (top - {"clusterproof"}).pop().endswith(".dist-info"), top
     for data in ("clusterproof/config/profiles/base.yaml", "clusterproof/config/profiles/smoke.yaml",
                  "clusterproof/kube/rbac.yaml", "clusterproof/kube/rbac-destructive.yaml",
-                 "clusterproof/cluster/pause.c", "clusterproof/preflight/checker/Dockerfile",
+                 "clusterproof/provision/pause.c", "clusterproof/preflight/checker/Dockerfile",
                  "clusterproof/preflight/checker/checker.py", "clusterproof/preflight/checker/mocknvml/go.mod",
                  "clusterproof/suites/test_cluster_scale.py", "clusterproof/fixtures/__init__.py",
                  "clusterproof/load/burst.py"):
@@ -117,8 +117,8 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_generic(installed)
     assert not {p.name for p in site.iterdir()} & GENERIC, sorted(p.name for p in site.iterdir())
     # Paths resolved through __file__ point into site-packages and exist there.
     probe = _run([venv / "bin" / "python", "-c",
-                  "import clusterproof, clusterproof.config.profile as p, clusterproof.cluster.images as i,"
-                  "clusterproof.cluster.toolchain as t, clusterproof.core.locust as l;"
+                  "import clusterproof, clusterproof.config.profile as p, clusterproof.provision.images as i,"
+                  "clusterproof.provision.toolchain as t, clusterproof.core.locust as l;"
                   "print(clusterproof.CHECKOUT);"
                   "[print(x, x.exists()) for x in "
                   "(p.BASE, i.PAUSE_SOURCE, i.PREFLIGHT_DIR, t.MOCKNVML_DIR, l.LOAD_DIR)];"

@@ -1,6 +1,6 @@
 """Self-tests of the nightly pipeline: the workflow passes two real linters, and .ci/nightly does its steps.
 
-actionlint (built from the module proxy, clusterproof.cluster.toolchain.ACTIONLINT) checks
+actionlint (built from the module proxy, clusterproof.provision.toolchain.ACTIONLINT) checks
 .github/workflows/nightly.yml -- expressions, inputs, action inputs, cron,
 permissions -- and must catch a broken copy of it (the negative control).
 zizmor (pinned in requirements.txt) audits the workflows for security -- template injection, unpinned
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterproof.cluster import toolchain
+from clusterproof.provision import toolchain
 
 pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import allure
 from kubernetes import client
 
 from clusterproof.apf import flood as fm
 from clusterproof.apf.flood_plan import KIND_LABEL, KINDS
 from clusterproof.cluster.apiguard import server_errors
 from clusterproof.core import measurement, progress
+from clusterproof.core.attachment import Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import LocustResult, Master, run_locust
 from clusterproof.core.measurement import measured
@@ -422,17 +422,20 @@ def verify_classification(api: client.ApiClient, token_file: Path, namespace: st
 
 
 @contextmanager
-def flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, work: Path, say, namespaces):
+def flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, work: Path, say, namespaces,
+            attach: Attach):
     """The turn on the flood's named flow, namespaces, identities and the flow; a measured flood;
     everything removed afterwards (the suite's fixture and clusterproof/bench/apf.py). ``namespaces``: the cluster's
-    namespace source. Raises ``Busy`` when another live run holds the turn past ``claim_wait_s``."""
+    namespace source; ``attach`` gets the flow's description once it is installed. Raises ``Busy`` when another
+    live run holds the turn past ``claim_wait_s``."""
     turn = Claims(api, HOME, run_id, TURN)
     holder = turn.wait_take(FLOW_NAME, profile.claim_wait_s, lambda dead: remove_dead_flow(api, dead))
     if holder:
         raise Busy(f"the API flood's FlowSchema {FLOW_NAME} is another run's turn (run {holder}, alive) and stayed "
                    f"so for {profile.claim_wait_s} s (claim_wait_s): runs against one cluster flood one at a time")
     try:
-        with _flooded(api, profile, run_id, config, work, say, namespaces, lambda: turn.lost(FLOW_NAME)) as run:
+        with _flooded(api, profile, run_id, config, work, say, namespaces, lambda: turn.lost(FLOW_NAME),
+                      attach) as run:
             yield run
     finally:
         turn.release(FLOW_NAME)
@@ -452,7 +455,7 @@ def remove_dead_flow(api: client.ApiClient, run: str) -> None:
 
 @contextmanager
 def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig, work: Path, say, namespaces,
-             lost: Callable[[], str | None]):
+             lost: Callable[[], str | None], attach: Attach):
     flood_ns = namespaces.take("flood")
     try:
         probe_ns = namespaces.take("probe")
@@ -464,9 +467,9 @@ def _flooded(api: client.ApiClient, profile, run_id: str, config: apf.ApfConfig,
         flood_ident = create_load_identity(api, flood_ns, run_id, work / "flood-identity")
         probe_ident = create_load_identity(api, probe_ns, run_id, work / "probe-identity")
         flow = install_flow(api, profile, run_id, config, flood_ns)
-        allure.attach(f"FlowSchema {flow.schema} (uid {flow.fs_uid}) -> PriorityLevel {flow.level} "
-                      f"(uid {flow.pl_uid}, {flow.level_type}); subject {flow.user}", "the flood's flow",
-                      allure.attachment_type.TEXT)
+        attach(Attachment("the flood's flow",
+                          f"FlowSchema {flow.schema} (uid {flow.fs_uid}) -> PriorityLevel {flow.level} "
+                          f"(uid {flow.pl_uid}, {flow.level_type}); subject {flow.user}"))
         imp = ({"Impersonate-User": profile.apf_flood_user,
                 **({"Impersonate-Group": profile.apf_flood_group} if profile.apf_flood_group else {})}
                if profile.apf_flood_user else None)

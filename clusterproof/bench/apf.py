@@ -32,6 +32,7 @@ from clusterproof.apf.joinstorm import join_both
 from clusterproof.apf.overload import flooded, plots
 from clusterproof.bench import common
 from clusterproof.cluster.identities import IDENTITIES
+from clusterproof.core.attachment import drop
 from clusterproof.kube import flowcontrol as apf
 
 
@@ -140,7 +141,7 @@ def main(argv: list[str]) -> int:
     profile = common.load(args)
     with common.cluster(args, profile) as c, tempfile.TemporaryDirectory(prefix="cp-bench-apf-") as work:
         config = apf.read_config(c.api)
-        with flooded(c.api, profile, c.run_id, config, Path(work), common.say, c.namespaces) as run:
+        with flooded(c.api, profile, c.run_id, config, Path(work), common.say, c.namespaces, drop) as run:
             flood = flood_data(run, profile)
             plotted = plots(run, profile)
         joins = {m: r.figures().to_dict() for m, r in join_both(c.api, profile, c.run_id, Path(work), common.say,

@@ -38,7 +38,7 @@ from clusterproof.bench import common
 from clusterproof.burst import plan
 from clusterproof.burst.measure import create_window_rate, run_phase, scheduler_state
 from clusterproof.burst.plan import PHASE_LABEL
-from clusterproof.cluster import coscheduling, toolchain
+from clusterproof.cluster import coscheduling
 from clusterproof.core import loadworker
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.locust import ROOT
@@ -53,6 +53,7 @@ from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import delete_run_pods
 from clusterproof.kube.podtimeline import JOB_LABEL, PodTimeline
 from clusterproof.kube.tokens import create_load_identity
+from clusterproof.provision import toolchain
 
 
 def threadpool_burst(api, profile, namespace: str, run_id: str, token_file: Path) -> dict:

@@ -40,7 +40,7 @@ from typing import Iterable, Iterator
 import psutil
 
 from clusterproof import CHECKOUT
-from clusterproof.cluster import backends, toolchain
+from clusterproof.cluster import backends
 from clusterproof.config.profile import Profile, load_profile
 from clusterproof.core import exitcodes, outputs, progress, redact
 from clusterproof.core.errors import ArgumentParser, HarnessError
@@ -49,6 +49,7 @@ from clusterproof.core.run import new_run_id
 from clusterproof.kube import access
 from clusterproof.kube.client import is_simulated, load_client
 from clusterproof.prometheus.server import sweep_abandoned
+from clusterproof.provision import toolchain
 
 # The committed figures docs/benchmarks.md tabulates (reports/bench/) in a checkout; the output directory otherwise.
 OUT_DIR = outputs.bench_dir(CHECKOUT)

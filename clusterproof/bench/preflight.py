@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from clusterproof.bench import common
+from clusterproof.core.attachment import drop
 from clusterproof.core.stats import percentile
 from clusterproof.kube import apimetrics
 from clusterproof.preflight.contract import Marks
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> int:
                 ins_s = time.monotonic() - t1
             s2, m2 = run.agent.status(), request_counts(apimetrics.scrape(api, (REQUESTS,)))
         finally:
-            teardown(api, run, run_id)
+            teardown(api, run, run_id, drop)
         say(f"in service: waves {[len(w) for w in ins.waves]}, {len(ins.problems)} problem(s)")
         decided = len(join.decided_s)
         join_agent = agent_delta(s1["requests"], {})

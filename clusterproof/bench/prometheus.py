@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 from clusterproof.bench import common
-from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import new_run_id
 from clusterproof.core.timeparse import go_duration_s
@@ -42,6 +41,7 @@ from clusterproof.prometheus import limits as prom_limits
 from clusterproof.prometheus.history import shape_of
 from clusterproof.prometheus.server import Limits, PromServer, own_directory
 from clusterproof.prometheus.target import PromTarget
+from clusterproof.provision import toolchain
 
 GIB = 1 << 30
 UNLIMITED = Limits("10m", 10 ** 12, 20, 0)

@@ -33,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import allure
 from kubernetes import client
 
 from clusterproof.burst.plan import CREATOR_LABEL, HARNESS, PHASE_LABEL, Phase, locust_args, pod_name, rank_pod
 from clusterproof.cluster.realnodes import is_component, pod_on
 from clusterproof.core import measurement, progress
+from clusterproof.core.attachment import CSV, JSON, Attachment
 from clusterproof.core.locust import LocustResult, Master, lost_line, run_locust
 from clusterproof.core.measurement import measured
 from clusterproof.core.progress import phase as step
@@ -432,20 +432,18 @@ def oversized(phases: list[Phase], free: int, profile) -> str | None:
     return None
 
 
-def attach(profile, run: PhaseRun) -> None:
-    """A phase's plot (with its data), figures, locust statistics and pod timeline, on the check's own page."""
+def attachments(run: PhaseRun) -> list[Attachment]:
+    """A phase's figures, locust statistics, locust workers and pod timeline, for the check's own page (its
+    plot beside them: ``latency_plot``)."""
     name = run.phase.name
-    latency_plot(profile, run).attach()
-    allure.attach(json.dumps(run.figures.to_dict(), indent=2), f"{name} phase: figures", allure.attachment_type.JSON)
-    allure.attach.file(str(run.locust.stats_csv), f"{name} phase: locust stats (client side)",
-                       allure.attachment_type.CSV)
+    out = [Attachment(f"{name} phase: figures", json.dumps(run.figures.to_dict(), indent=2), JSON),
+           Attachment.file(run.locust.stats_csv, f"{name} phase: locust stats (client side)", CSV)]
     if run.locust.workers:
         lost = f", {len(run.locust.lost)} LOST" if run.locust.lost else ""
-        allure.attach(json.dumps(run.locust.workers, indent=2),
-                      f"{name} phase: locust workers ({len(run.locust.workers)} joined{lost})",
-                      allure.attachment_type.JSON)
-    allure.attach(dump(run.pods), f"{name} phase: pod timeline (s since the first pod was seen)",
-                  allure.attachment_type.TEXT)
+        out.append(Attachment(f"{name} phase: locust workers ({len(run.locust.workers)} joined{lost})",
+                              json.dumps(run.locust.workers, indent=2), JSON))
+    out.append(Attachment(f"{name} phase: pod timeline (s since the first pod was seen)", dump(run.pods)))
+    return out
 
 
 def latency_plot(profile, run: PhaseRun) -> Plot:

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import allure
 import urllib3
 from kubernetes import client
 
-from clusterproof.cluster import coscheduling, hostpkgs, identities, realnodes, toolchain
+from clusterproof.cluster import coscheduling, identities, realnodes
 from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, embedded_here, sweep_clusters
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
+from clusterproof.core.attachment import Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.ports import free_ports
@@ -52,6 +52,7 @@ from clusterproof.kube.namespaces import Created, NamespacePool
 from clusterproof.kube.ownership import OwnerRecord
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.sweep import Sweep, sweep
+from clusterproof.provision import hostpkgs, toolchain
 
 
 @dataclass
@@ -258,10 +259,10 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
 
 
 def real_node_images(profile: Profile, progress: Callable[[str], None]) -> dict:
-    """The images real nodes run (built here, cached; clusterproof.cluster.images), after the host is checked."""
+    """The images real nodes run (built here, cached; clusterproof.provision.images), after the host is checked."""
     if not profile.real_nodes:
         return {}
-    from clusterproof.cluster import images
+    from clusterproof.provision import images
     realnodes.require_host()
     toolchain.ensure(toolchain.kubelet(profile.kubernetes_version), progress)
     return {"pause": images.build(images.PAUSE, progress), "checker": images.build(images.CHECKER, progress)}
@@ -467,7 +468,7 @@ def stop(cluster: Cluster, keep: bool, progress: Callable[[str], None]) -> None:
                 cluster.kwok.delete()
 
 
-def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> None:
+def report_calls(c: Cluster, path: str | None, say: Callable[[str], None], attach: Attach) -> None:
     """What the harness's identity asked of the API server in this run: said in one line, attached to the
     report (with the rule of the manifest that allowed each call, on a cluster it does not own), and
     written to ``--cp-api-calls FILE``."""
@@ -479,8 +480,7 @@ def report_calls(c: Cluster, path: str | None, say: Callable[[str], None]) -> No
         rule = c.manifest.allows(call) if c.manifest else None
         lines.append(f"{call.describe()}" + (f"  <- {rule.describe()}" if rule else
                                              ("  <- NOT IN THE MANIFEST" if c.manifest else "")))
-    allure.attach("\n".join(lines), "API calls of the harness's identity (verb, resource, scope)",
-                  allure.attachment_type.TEXT)
+    attach(Attachment("API calls of the harness's identity (verb, resource, scope)", "\n".join(lines)))
     say(f"API calls of the harness's identity: {len(rows)} distinct, "
         f"{sum(refused.values())} answered 403 Forbidden" + (f" ({', '.join(c.describe() for c in list(refused)[:3])})"
                                                             if refused else ""))

@@ -24,11 +24,11 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from clusterproof.cluster import toolchain
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import create_if_absent, delete_if_present, get_if_present
+from clusterproof.provision import toolchain
 
 # The schedulerName of the Coscheduling scheduler the harness runs itself.
 OWN_SCHEDULER = "clusterproof-coscheduling"

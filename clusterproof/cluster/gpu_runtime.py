@@ -94,7 +94,7 @@ def write_wrapper(directory, machine: str, library: str | None, faults: str, run
     """The node's runtime: a state file and the script containerd runs as its runc (returns its path)."""
     from pathlib import Path
 
-    from clusterproof.cluster.toolchain import FAULTS_ENV, MACHINE_ENV
+    from clusterproof.provision.toolchain import FAULTS_ENV, MACHINE_ENV
     d = Path(directory)
     state = d / "gpu-runtime.json"
     state.write_text(json.dumps({"machine": machine, "library": library, "faults": faults, "runc": runc,

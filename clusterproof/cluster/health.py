@@ -33,12 +33,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import allure
 from kubernetes import client
 
 from clusterproof.cluster.apiguard import ApiGuard
 from clusterproof.cluster.kwok import KwokCluster, kwokctl
 from clusterproof.cluster.lost_deletions import LostDeletions
+from clusterproof.core.attachment import Attach, Attachment
 from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, raw_request
@@ -219,10 +219,11 @@ def settle(cluster, supervisor: Supervisor | None, timeout: float = RECOVERY_S) 
 
 class ModuleGuard:
     """One test module's watch over the control plane (the ``control_plane_guard`` fixture): was it healthy
-    when the module started, and did the module break it? Each answer is the failure's one line, or None."""
+    when the module started, and did the module break it? Each answer is the failure's one line, or None; the
+    findings go to ``attach`` as they are made."""
 
-    def __init__(self, cluster, supervisor: Supervisor | None, api_guard: ApiGuard):
-        self.cluster, self.sup, self.guard = cluster, supervisor, api_guard
+    def __init__(self, cluster, supervisor: Supervisor | None, api_guard: ApiGuard, attach: Attach):
+        self.cluster, self.sup, self.guard, self.attach = cluster, supervisor, api_guard, attach
 
     def start(self, run_id: str) -> str | None:
         """Settle, stop kwok's lease workers for nodes deleted without its knowing, then note where the module
@@ -245,8 +246,7 @@ class ModuleGuard:
                         f"(e.g. {', '.join(parked[:3])}; {len(sup.lost.parked)} so far; "
                         "clusterproof/cluster/lost_deletions.py)")
                 log.info(line)
-                allure.attach(line + "\n\n" + "\n".join(parked), "simulator: node deletions kwok missed",
-                              allure.attachment_type.TEXT)
+                self.attach(Attachment("simulator: node deletions kwok missed", line + "\n\n" + "\n".join(parked)))
         self.mark = len(sup.restarts) if sup else 0
         self.pids, self.paused_mark = (self.cluster.kwok.pids(), len(sup.ever_paused)) if sup else ({}, 0)
         self.api_mark = self.guard.mark()
@@ -266,8 +266,9 @@ class ModuleGuard:
             stuck = [str(e)]
         left = settle(cluster, sup) + stuck
         api = self.guard.since(self.api_mark)
-        allure.attach(api.report() if api else "the apiserver's counters could not be read twice from one replica",
-                      "API health during this module (5xx, 429s per flow schema)", allure.attachment_type.TEXT)
+        self.attach(Attachment("API health during this module (5xx, 429s per flow schema)",
+                               api.report() if api else "the apiserver's counters could not be read twice from one "
+                                                        "replica"))
         restarted = sup.since(self.mark) if sup else []
         if sup:
             # A component whose process changed during the module died in it, even if it came back
@@ -278,8 +279,8 @@ class ModuleGuard:
                                   c in now, None if c in now else "not running")
                           for c, pid in self.pids.items() if now.get(c) != pid and c not in seen]
         if restarted:
-            allure.attach("\n".join(map(str, restarted)), "control-plane components restarted during this module",
-                          allure.attachment_type.TEXT)
+            self.attach(Attachment("control-plane components restarted during this module",
+                                   "\n".join(map(str, restarted))))
         if restarted or left:
             return "this module broke the control plane: " + "; ".join([str(r) for r in restarted] + left)
         if api and api.errors:

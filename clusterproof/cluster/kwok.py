@@ -42,7 +42,7 @@ from typing import Callable
 import urllib3
 import yaml
 
-from clusterproof.cluster import identities, realnodes, toolchain, watchdog
+from clusterproof.cluster import identities, realnode_config, realnodes, watchdog
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
@@ -59,6 +59,7 @@ from clusterproof.core.processes import (
     owner_elsewhere,
 )
 from clusterproof.kube import access
+from clusterproof.provision import toolchain
 
 NAME_PREFIX = "cp-"
 # Where every component listens (KwokctlConfiguration ``options.bindAddress``, which kwokctl v0.8.0 gives etcd's
@@ -158,7 +159,7 @@ class KwokCluster:
     component_identities: bool = True
     # Real nodes (clusterproof.cluster.realnodes) join this cluster: kwok is told to manage only the nodes the harness
     # created as kwok nodes, and kube-apiserver gets a kubelet client certificate (logs, exec).
-    real_nodes: list = field(default_factory=list)            # clusterproof.cluster.realnodes.RealNode, planned
+    real_nodes: list = field(default_factory=list)            # clusterproof.cluster.realnode_config.RealNode, planned
     real_node_sandbox_image: str = ""
     real_node_nvml: str | None = None        # the NVML library real nodes hand to GPU containers (None: none)
     real_node_identity: bool = True          # False: the kubelets run as the admin (a negative control)
@@ -267,12 +268,12 @@ class KwokCluster:
         """The apiserver's audit log keeps the requests of the harness's guest identity only (the
         ServiceAccount of clusterproof/kube/rbac.yaml), at Metadata level: the second instrument the permission
         self-test holds the harness's own request record against. Nothing else is logged (no cost at
-        7,500 nodes). Real nodes' heartbeats are logged too (clusterproof.cluster.realnodes.audit_rules)."""
+        7,500 nodes). Real nodes' heartbeats are logged too (clusterproof.cluster.realnode_config.audit_rules)."""
         path = self.directory / "clusterproof-audit-policy.yaml"
         path.write_text(yaml.safe_dump({
             "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
             "rules": [{"level": "Metadata", "users": [f"system:serviceaccount:{access.HOME}:{access.SERVICE_ACCOUNT}"]},
-                      *realnodes.audit_rules([n.name for n in self.real_nodes]),
+                      *realnode_config.audit_rules([n.name for n in self.real_nodes]),
                       {"level": "None"}]}))
         return path
 

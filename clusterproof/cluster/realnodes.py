@@ -13,13 +13,13 @@ kwokctl cluster, so kwokctl starts, logs (``logs/<component>.log``), records
 and stops them with the control plane and the supervisor restarts them like
 kube-scheduler (``clusterproof.cluster.health``):
 
-- ``containerd-<node>``: Debian's containerd (pinned in ``clusterproof.cluster.hostpkgs``),
+- ``containerd-<node>``: Debian's containerd (pinned in ``clusterproof.provision.hostpkgs``),
   with its own root, state, socket, runc root, CNI configuration and network
   namespaces (``netns_mounts_under_state_dir``), all under the node's directory
   inside the cluster's;
 - ``relay-<node>``: the node's road to the API server (``clusterproof.cluster.noderelay``);
 - ``kubelet-<node>``: the kubelet built at the cluster's version
-  (``clusterproof.cluster.toolchain.KUBELET``), its own root dir, ports, log dir and
+  (``clusterproof.provision.toolchain.KUBELET``), its own root dir, ports, log dir and
   cgroup root (``/clusterproof/<cluster>/<node>`` in every v1 hierarchy), a
   client certificate ``system:node:<node>`` in ``system:nodes`` signed by the
   cluster CA, so the Node authorizer and API Priority and Fairness
@@ -45,6 +45,9 @@ never land on them; the real-node checks tolerate it. kwok is told to leave
 them alone (``--manage-nodes-with-annotation-selector``: only nodes the
 harness created as kwok nodes).
 
+What each node is told (its containerd, CNI and kubelet configuration, the audit rules of its heartbeats) is
+rendered in ``clusterproof.cluster.realnode_config``; here the node is planned, started, confined and removed.
+
 Clean-up (``teardown``) runs wherever the cluster is deleted -- the end of a
 run, Ctrl-C, and the sweep of a run killed with SIGKILL -- and takes exactly
 what the node's own files name: the shims, containers and every other process
@@ -67,20 +70,26 @@ from pathlib import Path
 import psutil
 import yaml
 
-from clusterproof.cluster import gpu_runtime, hostpkgs, identities, nodehost, noderelay, toolchain
+from clusterproof.cluster import gpu_runtime, identities, nodehost, noderelay
+from clusterproof.cluster.realnode_config import (
+    CNI_BIN,
+    REAL_NODE_LABEL,
+    REAL_NODE_TAINT,
+    RealNode,
+    cni_config,
+    containerd_config,
+    kubelet_config,
+)
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import mounts_under, unmount_under
+from clusterproof.provision import hostpkgs, toolchain
 
 NODE_PREFIX = "cp-real-"
 DIR = "rn"                          # under the cluster's directory (short: unix socket paths are <108 bytes)
-REAL_NODE_LABEL = "clusterproof.io/node-kind"       # "real" on these nodes
-REAL_NODE_TAINT = {"key": "clusterproof.io/real-node", "value": "true", "effect": "NoSchedule"}
 # A /24 per node: its bridge holds .1 (the node's address), the host's end of its veth .254; pods get .2-.253.
 POD_NET = ipaddress.ip_network("172.31.0.0/16")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-CNI_BIN = Path("/usr/lib/cni")
-LEASE_DURATION_S = 40               # the kubelet's default, said explicitly (renewed every 10 s)
 STATE_FILE = "node.json"            # what teardown needs: links, cgroup root, socket
 
 
@@ -94,30 +103,6 @@ def kubelet_component(node: str) -> str:
 
 def relay_component(node: str) -> str:
     return f"relay-{node}"
-
-
-@dataclass
-class RealNode:
-    name: str
-    index: int
-    directory: Path                  # <cluster>/rn/<index>
-    address: str
-    pod_subnet: str
-    bridge: str                      # the node's bridge (in its namespace): holds its address
-    veth: str                        # the host's end of the veth into the node's namespace
-    cgroup_root: str                 # /clusterproof/<cluster>/<node>
-    kubelet_port: int
-    healthz_port: int
-
-    @property
-    def socket(self) -> Path:
-        return self.directory / "c.sock"
-
-    def state(self) -> dict:
-        return {"name": self.name, "address": self.address, "pod_subnet": self.pod_subnet,
-                "bridge": self.bridge, "veth": self.veth, "cgroup_root": self.cgroup_root,
-                "socket": str(self.socket),
-                "kubelet_port": self.kubelet_port}
 
 
 def _short(cluster: str, i: int) -> str:
@@ -191,90 +176,6 @@ def _claimed_networks() -> set[ipaddress.IPv4Network]:
         except (OSError, ValueError, KeyError):
             continue
     return out
-
-
-def containerd_config(node: RealNode, sandbox_image: str, runtime_binary: str) -> str:
-    d = node.directory
-    return f"""\
-version = 2
-root = "{d / 'containerd' / 'root'}"
-state = "{d / 'containerd' / 'state'}"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
-                    "io.containerd.tracing.processor.v1.otlp"]
-
-[grpc]
-  address = "{node.socket}"
-
-[ttrpc]
-  address = "{node.socket}.ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d / 'containerd' / 'opt'}"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{sandbox_image}"
-  # Without it every sandbox fails: runc cannot lower oom_score_adj below the harness's own (NOTES.md).
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  disable_apparmor = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = "{d / 'runc'}"
-        SystemdCgroup = false
-        # runc behind the node's GPU runtime, as nvidia-container-runtime is on a GPU node
-        BinaryName = "{runtime_binary}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "{d / 'cni'}"
-"""
-
-
-def cni_config(node: RealNode) -> dict:
-    return {"cniVersion": "0.4.0", "name": f"clusterproof-{node.name}", "plugins": [
-        # No gateway: the plugin would give the bridge an address and turn IP forwarding on. Pods keep an
-        # on-link route to their /24 (the node's address included); nothing they run needs more.
-        {"type": "bridge", "bridge": node.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet, "rangeEnd": str(
-             ipaddress.ip_network(node.pod_subnet).broadcast_address - 2)}]],   # .254 is the host's
-                  "dataDir": str(node.directory / "ipam")}}]}
-
-
-def kubelet_config(node: RealNode, ca: Path) -> dict:
-    d = node.directory
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        # This host (and CI's) is cgroup v1 hybrid: 1.35 refuses v1 unless told (KEP-5573).
-        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": node.cgroup_root,
-        # Refuse to start rather than set a kernel tunable: the node's /proc/sys files hold what it requires
-        # (clusterproof.cluster.nodehost), the host's are never written.
-        "protectKernelDefaults": True,
-        "makeIPTablesUtilChains": False,   # no KUBE-FIREWALL, KUBE-KUBELET-CANARY or KUBE-IPTABLES-HINT
-        "containerRuntimeEndpoint": f"unix://{node.socket}",
-        "address": node.address, "port": node.kubelet_port, "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1", "healthzPort": node.healthz_port,
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(ca)}},
-        "authorization": {"mode": "Webhook"},
-        "registerWithTaints": [REAL_NODE_TAINT],
-        "podLogsDir": str(d / "pod-logs"),
-        "resolvConf": "",
-        "failSwapOn": False,
-        # The host's disk and memory are shared with everything else on it: the node must not evict
-        # the harness's own pods because another process filled the disk.
-        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
-        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "maxPods": 16,
-        "nodeLeaseDurationSeconds": LEASE_DURATION_S,
-        "serializeImagePulls": False,
-    }
 
 
 # the real nodes' simulated GPUs' faults (clusterproof.preflight.mock_nvml.FaultFile)
@@ -351,19 +252,6 @@ def _fresh(path: Path) -> Path:
     if path.is_symlink() or path.exists():
         path.unlink()
     return path
-
-
-def audit_rules(names: list[str]) -> list[dict]:
-    """Audit policy rules for the real nodes' heartbeats: their node Lease and node status writes, at
-    Metadata level (each event names the user that wrote: the identity check's instrument; how API Priority
-    and Fairness classified a request is read from the kubelet's side, ``flow_schema_uids``). Nothing of the
-    kwok nodes is logged."""
-    if not names:
-        return []
-    return [{"level": "Metadata", "verbs": ["update", "patch"], "namespaces": ["kube-node-lease"],
-             "resources": [{"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": list(names)}]},
-            {"level": "Metadata", "verbs": ["update", "patch"],
-             "resources": [{"group": "", "resources": ["nodes/status"], "resourceNames": list(names)}]}]
 
 
 FLOW_SCHEMA_HEADER = "X-Kubernetes-Pf-Flowschema-Uid"
@@ -608,7 +496,7 @@ def pod_on(name: str, run_id: str, node: str, image: str, tolerations: list[dict
 class Joined:
     """The real nodes of a running embedded cluster, and what their joining cost."""
     nodes: list[RealNode]
-    images: dict                      # name -> clusterproof.cluster.images.Built (imported into every node)
+    images: dict                      # name -> clusterproof.provision.images.Built (imported into every node)
     seconds_to_ready: dict[str, float]
     gpus: int
     nvml: str | None                  # the library handed to GPU containers (None: missing, a control)
@@ -623,9 +511,9 @@ def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, 
     """After ``kwokctl create cluster`` started them: each node's images imported, the node Ready, and its
     GPUs advertised (``nvidia.com/gpu``: what the NVIDIA device plugin would advertise; the harness writes
     it, as no device plugin runs without a driver)."""
-    from clusterproof.cluster import images
     from clusterproof.core.waiting import wait_for
     from clusterproof.kube.client import get_if_present, raw_request
+    from clusterproof.provision import images
     for node in nodes:
         for b in built.values():
             images.import_into(b, str(node.socket))

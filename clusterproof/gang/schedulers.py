@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from clusterproof.cluster import coscheduling, toolchain
+from clusterproof.cluster import coscheduling
 from clusterproof.core.errors import HarnessError
 from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
 from clusterproof.kube.client import get_if_present, server_url
+from clusterproof.provision import toolchain
 
 
 def native_backend(api: client.ApiClient, profile) -> Backend:

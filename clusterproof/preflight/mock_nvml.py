@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterproof import IMPORT_ROOT as ROOT
-from clusterproof.cluster import toolchain
-from clusterproof.cluster.toolchain import FAULTS_ENV, MACHINE_ENV
 from clusterproof.core.errors import HarnessError
+from clusterproof.provision import toolchain
+from clusterproof.provision.toolchain import FAULTS_ENV, MACHINE_ENV
 
 
 @dataclass(frozen=True)

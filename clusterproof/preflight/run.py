@@ -32,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import allure
-
 from clusterproof import IMPORT_ROOT as ROOT
+from clusterproof.cluster.scratch_nodes import ScratchNode, create_scratch_nodes
 from clusterproof.core import measurement, progress
+from clusterproof.core.attachment import JSON, Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.measurement import measured
 from clusterproof.core.processes import (
@@ -55,7 +55,6 @@ from clusterproof.kube.pods import create_pods, delete_run_pods
 from clusterproof.preflight.contract import PENDING, Marks
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
 from clusterproof.preflight.watch import ContractWatch
-from clusterproof.taints.scratch_nodes import ScratchNode, create_scratch_nodes
 
 EVENTS_NAMESPACE = "default"         # where Events about (cluster-scoped) nodes live
 WAIT_LABEL = "clusterproof.io/preflight-waiting"
@@ -289,14 +288,15 @@ def setup_simulated(api, cluster, run: PreflightRun, profile, run_id: str, backe
         run.agent.alive()
 
 
-def teardown(api, run: PreflightRun, run_id: str) -> None:
-    """Undo everything, in the order that cannot leave a half: agent, watch, workloads, nodes, Events."""
+def teardown(api, run: PreflightRun, run_id: str, attach: Attach) -> None:
+    """Undo everything, in the order that cannot leave a half: agent, watch, workloads, nodes, Events. The
+    stopped agent's status and log go to ``attach`` before its work directory is removed."""
     try:
         if run.agent is not None:
             run.agent.stop()
-            allure.attach(json.dumps(run.agent.status(), indent=1, sort_keys=True), "preflight agent: status",
-                          allure.attachment_type.JSON)
-            allure.attach.file(str(run.agent.log), "preflight agent: log", allure.attachment_type.TEXT)
+            attach(Attachment("preflight agent: status", json.dumps(run.agent.status(), indent=1, sort_keys=True),
+                              JSON))
+            attach(Attachment.file(run.agent.log, "preflight agent: log"))
         if run.watch is not None:
             run.watch.stop()
     finally:

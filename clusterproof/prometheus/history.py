@@ -44,11 +44,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from clusterproof.cluster import toolchain
 from clusterproof.core import filelock
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import die_with_parent
 from clusterproof.core.progress import heartbeat, say, to_terminal
+from clusterproof.provision import toolchain
 
 # Bump when the generated text changes: part of the cache key.
 GENERATOR_VERSION = 3

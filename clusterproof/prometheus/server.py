@@ -38,7 +38,6 @@ from typing import Callable
 import psutil
 import yaml
 
-from clusterproof.cluster import toolchain
 from clusterproof.core import progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_port
@@ -55,6 +54,7 @@ from clusterproof.core.processes import (
 )
 from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.client import Prom
+from clusterproof.provision import toolchain
 
 PID_FILE = "prometheus.pid"
 # History blocks keep their original time: retention must never delete them.

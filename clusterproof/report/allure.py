@@ -15,7 +15,8 @@ stay in it -- they make two checks of one function -- and nothing measured
 or described may enter it: figures are never parameters here, and every
 ``allure.dynamic.parameter`` of ours passes ``excluded=True``
 (tests/test_report_page.py holds both). The hooks that call this live in
-``clusterproof.fixtures.report``; this module is pure (no pytest, no domain).
+``clusterproof.fixtures.report``; this module is pure (no pytest, no domain). In the library only
+``clusterproof.report`` imports Allure: the domains hand their attachments over as data (``attach``).
 Nothing here may mask a test result: report errors are swallowed and noted.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Callable
 
 import allure
 
+from clusterproof.core.attachment import Attachment
 from clusterproof.core.measurement import BEYOND, WITHIN, Figure
 
 # How the report sorts what did not pass. Allure puts a result in *every* category whose statuses and
@@ -209,6 +211,18 @@ def attach_figures(figures: list[Figure]) -> None:
         allure.attach(figures_data(figures), "figures (data)", allure.attachment_type.JSON)
     except Exception as e:  # the report must never hide the real result
         allure.attach(f"could not render the figures: {e}", "figures error", allure.attachment_type.TEXT)
+
+
+def attach(*attachments: Attachment) -> None:
+    """Domains' attachments (``clusterproof.core.attachment``) on the current check's page, in order: each
+    with the name, body and kind its domain gave it; a file as it is now. Also the ``attach`` a domain's
+    set-up, guard or tear-down is given."""
+    for a in attachments:
+        kind = allure.attachment_type[a.kind.upper()]
+        if a.source is not None:
+            allure.attach.file(str(a.source), a.name, kind)
+        else:
+            allure.attach(a.body, a.name, kind)
 
 
 def plain_failure(excinfo) -> None:

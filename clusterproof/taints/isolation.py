@@ -10,7 +10,8 @@ step came to exist. Here live, each undone at the end (also after Ctrl-C):
 - the low-priority PriorityClass of borrowing pods;
 - team namespaces, created and labelled by the run or named by the profile
   (and then only checked);
-- the per-team placement table every check attaches.
+- the per-team placement table of every check (``Isolation.record_placement``), handed over as
+  attachments (``clusterproof.core.attachment``).
 
 What the cluster lacks for some checks (team namespaces on a cluster the
 harness does not own, an admission step acting on team pods with
@@ -25,11 +26,11 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import allure
 import yaml
 from kubernetes import client
 
 from clusterproof.cluster.node_plan import node_plan
+from clusterproof.core.attachment import CSV, YAML, Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
 from clusterproof.core.run import metadata
@@ -77,9 +78,10 @@ class Isolation:
         """The line of the first of ``needs`` the cluster lacks (None: it has them all)."""
         return next((self.missing[n] for n in needs if n in self.missing), None)
 
-    def attach_placement(self, api: client.ApiClient, pool_label: str, namespaces: list[str],
-                         team_of: dict[str, str], title: str) -> None:
-        """Attach the per-team placement table of these namespaces' pods (kept for the module summary)."""
+    def record_placement(self, api: client.ApiClient, pool_label: str, namespaces: list[str],
+                         team_of: dict[str, str], title: str) -> list[Attachment]:
+        """The per-team placement table of these namespaces' pods, for the check's page (counted into the module
+        summary too)."""
         pod_list = [p for ns in namespaces for p in check_pods(api, ns).values()]
         if {p["spec"].get("nodeName") for p in pod_list} - set(self.pool_of) - {None}:
             self.pool_of.update({n: i.pool for n, i in placement.read_nodes(api, pool_label).items()})
@@ -87,10 +89,9 @@ class Isolation:
         for row, c in counts.items():
             self.placement.setdefault(row, Counter()).update(c)
         teams = list(self.rules.teams)
-        allure.attach(placement.render_placement(counts, self.pools, teams),
-                      f"placement: {title} (pods per team per node pool)", allure.attachment_type.TEXT)
-        allure.attach(placement.placement_csv(counts, self.pools, teams), f"placement: {title} (csv)",
-                      allure.attachment_type.CSV)
+        return [Attachment(f"placement: {title} (pods per team per node pool)",
+                           placement.render_placement(counts, self.pools, teams)),
+                Attachment(f"placement: {title} (csv)", placement.placement_csv(counts, self.pools, teams), CSV)]
 
 
 def ensure_priority_class(api: client.ApiClient, name: str, value: int, run_id: str,
@@ -125,7 +126,7 @@ def check_named_namespace(api: client.ApiClient, rules: adm.TeamRules, team: str
                            "team_namespaces")
 
 
-def set_up(cluster, profile, run_id: str, say) -> Isolation:
+def set_up(cluster, profile, run_id: str, say, attach: Attach) -> Isolation:
     """The admission step, the low-priority PriorityClass and the team pools; undone at the end.
 
     ``team_admission`` decides: the harness's policies (installed here,
@@ -137,7 +138,7 @@ def set_up(cluster, profile, run_id: str, say) -> Isolation:
     where one acts (``missing`` says so where none does). Mistakes (a team
     without nodes, a named namespace without the team label) are kept as one
     line (``error``) that every check fails with; interrupted, it undoes what
-    it made.
+    it made. The policies it installs go to ``attach`` as installed.
     """
     api = cluster.api
     iso = Isolation(adm.TeamRules.from_profile(profile), named=parse_team_namespaces(profile.team_namespaces))
@@ -180,8 +181,8 @@ def set_up(cluster, profile, run_id: str, say) -> Isolation:
                         "anyway")
         else:
             iso.admission = adm.install_admission(api, iso.rules, run_id, kind, tuple(iso.named.values()))
-            allure.attach(yaml.safe_dump_all(iso.admission.manifests, sort_keys=False),
-                          "admission policies installed", allure.attachment_type.YAML)
+            attach(Attachment("admission policies installed",
+                              yaml.safe_dump_all(iso.admission.manifests, sort_keys=False), YAML))
         try:
             iso.low_value, iso.created_priority_class = ensure_priority_class(
                 api, profile.low_priority_class, profile.low_priority_value, run_id, create=kind != "cluster")
@@ -216,12 +217,12 @@ def _no_admission(api, iso: Isolation, profile, namespaces, run_id: str) -> str 
         namespaces.give_back(ns)
 
 
-def tear_down(cluster, iso: Isolation, profile, run_id: str) -> None:
-    """The module's end: the placement of every check's pods attached, then everything ``set_up`` made undone."""
+def tear_down(cluster, iso: Isolation, profile, run_id: str, attach: Attach) -> None:
+    """The module's end: the placement of every check's pods to ``attach``, then everything ``set_up`` made
+    undone."""
     if iso.placement:
-        allure.attach(placement.render_placement(iso.placement, iso.pools, list(profile.teams)),
-                      "placement of every check's pods (pods per team per node pool)",
-                      allure.attachment_type.TEXT)
+        attach(Attachment("placement of every check's pods (pods per team per node pool)",
+                          placement.render_placement(iso.placement, iso.pools, list(profile.teams))))
     undo(cluster.api, iso, profile, cluster.namespaces, run_id)
 
 

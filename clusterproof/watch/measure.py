@@ -28,7 +28,7 @@ from typing import Callable
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterproof.cluster.realnodes import REAL_NODE_LABEL
+from clusterproof.cluster.realnode_config import REAL_NODE_LABEL
 from clusterproof.core import measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.progress import heartbeat, phase

@@ -1,5 +1,5 @@
 // perfdata-reader: reads a PerfData file the way perfdash does, for the export self-test
-// (tests/test_export.py). The project's own code; built by clusterproof.cluster.toolchain
+// (tests/test_export.py). The project's own code; built by clusterproof.provision.toolchain
 // (PERFDATA_READER) against k8s.io/kubernetes at the pinned control-plane version.
 //
 // Why this and not perfdash: perfdash (k8s.io/perf-tests/perfdash) is not served by the Go

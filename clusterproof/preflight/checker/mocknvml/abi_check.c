@@ -1,7 +1,7 @@
 /*
  * Compile-time proof that cnvml.h matches NVIDIA's nvml.h: same sizes, same
  * field offsets. nvml.h comes from the go-nvml module in the Go module cache
- * (fixtures/toolchain.py puts its directory on CGO_CFLAGS); a build without it
+ * (clusterproof/provision/toolchain.py puts its directory on CGO_CFLAGS); a build without it
  * fails here rather than shipping a library with a guessed ABI.
  */
 #include <stddef.h>

@@ -1,7 +1,7 @@
 // The project's own mock libnvidia-ml.so.1 (cgo, -buildmode=c-shared): the
 // NVML C functions the preflight checker calls, answered from go-nvml's mock
 // DGX machines with per-GPU faults read from a file. Built and cached by
-// fixtures/toolchain.py (component "mocknvml").
+// clusterproof/provision/toolchain.py (component "mocknvml").
 module clusterproof.local/mocknvml
 
 go 1.26

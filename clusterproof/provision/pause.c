@@ -3,8 +3,8 @@
  *
  * Why our own: a real node's containerd starts every pod with a sandbox image
  * (registry.k8s.io/pause), and this machine reaches no container registry, so
- * the sandbox image has to be built here (fixtures/images.py, PAUSE). This is
- * the same contract as Kubernetes' build/pause/linux/pause.c: hold the pod's
+ * the sandbox image has to be built here (clusterproof/provision/images.py,
+ * PAUSE). This is the same contract as Kubernetes' build/pause/linux/pause.c: hold the pod's
  * namespaces by sleeping forever, reap zombies when it is PID 1 of a shared
  * PID namespace (SIGCHLD), and exit 0 on SIGINT/SIGTERM so the runtime can
  * stop the sandbox promptly. Built `gcc -static -Os -s`: no libc in the image.

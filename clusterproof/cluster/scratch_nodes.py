@@ -10,6 +10,9 @@ the run recorded as its own are removed). Besides:
   different nodes.
 
 On a simulated cluster a scratch node is a fresh kwok node, deleted at the end.
+
+Why in ``clusterproof.cluster``: gang, preflight and taints each borrow nodes; kept with the cluster they
+all run on, none of them reaches into another's room for it.
 """
 from __future__ import annotations
 

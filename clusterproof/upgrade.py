@@ -28,11 +28,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusterproof.cluster import toolchain
 from clusterproof.config.profile import load_profile
 from clusterproof.core import exitcodes, outputs
 from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.run import new_run_id
+from clusterproof.provision import toolchain
 from clusterproof.report import compare
 
 ROOT = Path.cwd()
@@ -44,7 +44,7 @@ def pytest_cmd(version: str, profile: str, run: outputs.RunOutputs, extra: list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = ArgumentParser(prog="python -m clusterproof.cluster.upgrade",
+    ap = ArgumentParser(prog="python -m clusterproof.upgrade",
                                  description="Run PROFILE at FROM, then at TO compared with FROM.")
     ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.34.4")
     ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.35.4")

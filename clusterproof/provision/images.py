@@ -5,7 +5,7 @@ PyPI and the Go module proxy) and there is no Docker, yet a real node's
 containerd needs two images that would normally be pulled:
 
 * ``PAUSE``: the CRI sandbox image (containerd's ``sandbox_image``): one static
-  binary ``/pause`` compiled from ``clusterproof/cluster/pause.c``.
+  binary ``/pause`` compiled from ``clusterproof/provision/pause.c``.
 * ``CHECKER``: the GPU preflight checker, the local equivalent of
   ``clusterproof/preflight/checker/Dockerfile``: a ``debootstrap --variant=minbase`` Debian bookworm
   with its python3 (3.11), nvidia-ml-py at the pin of ``requirements.txt``, and
@@ -62,7 +62,7 @@ mtimes/owners); the Debian base is not (debootstrap writes build-time files),
 so the checker's tag and digest belong to one base build: build once and ship
 the archive to the nodes rather than rebuilding per node.
 
-Run ``python -m clusterproof.cluster.images`` to build both (``--import SOCKET`` also
+Run ``python -m clusterproof.provision.images`` to build both (``--import SOCKET`` also
 imports them into that containerd's ``k8s.io`` namespace).
 """
 from __future__ import annotations
@@ -82,14 +82,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterproof.cluster import toolchain
 from clusterproof.core import exitcodes, filelock
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.processes import unmount_under
 from clusterproof.core.timeparse import format_time, http_date
+from clusterproof.provision import toolchain
 
 PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
+# The pause image's one history entry: part of its key, so an archive whose history names another path is
+# never reused under a tag that a fresh build would give other bytes.
+PAUSE_HISTORY = "COPY clusterproof/provision/pause.c (gcc -static -Os -s) /pause"
 PREFLIGHT_DIR = Path(__file__).resolve().parent.parent / "preflight" / "checker"
 PREFLIGHT_FILES = ("__init__.py", "__main__.py", "checker.py", "xids.py")
 
@@ -99,7 +102,7 @@ REGISTRY = "clusterproof.local"
 SUITE = "bookworm"            # Debian 12: python3 is 3.11, as python:3.11-slim
 MIRROR = "https://deb.debian.org/debian"
 # The keys debootstrap checks the Release signature with (package debian-archive-keyring, pinned in
-# clusterproof.cluster.hostpkgs). Named explicitly: debootstrap's own default is found by its suite script.
+# clusterproof.provision.hostpkgs). Named explicitly: debootstrap's own default is found by its suite script.
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 KEYRING_PACKAGE = "debian-archive-keyring"
 NVML_DIR = "/usr/lib/x86_64-linux-gnu"   # where the node's libnvidia-ml.so.1 is mounted
@@ -120,7 +123,7 @@ class Image:
     what: str
 
 
-PAUSE = Image("pause", "CRI sandbox image (clusterproof/cluster/pause.c)")
+PAUSE = Image("pause", "CRI sandbox image (clusterproof/provision/pause.c)")
 CHECKER = Image("checker", "GPU preflight checker (python -m preflight check)")
 IMAGES = (PAUSE, CHECKER)
 
@@ -214,7 +217,7 @@ def _need(tool: str, fix: str) -> str:
 def _need_root(what: str) -> None:
     if os.geteuid() != 0:
         raise HarnessError(f"{what} needs root (debootstrap, chroot, file ownership in the layers): "
-                           f"run as root, e.g. sudo {sys.executable} -m clusterproof.cluster.images")
+                           f"run as root, e.g. sudo {sys.executable} -m clusterproof.provision.images")
 
 
 def _remove_tree(path: Path) -> None:
@@ -362,15 +365,15 @@ def _gcc_inputs() -> dict:
 def _pause_inputs() -> dict:
     if not PAUSE_SOURCE.is_file():
         raise HarnessError(f"{PAUSE_SOURCE} is missing: restore it from git "
-                           "(git checkout -- clusterproof/cluster/pause.c)")
+                           "(git checkout -- clusterproof/provision/pause.c)")
     return {"recipe": RECIPE, "image": "pause", "source": hashlib.sha256(PAUSE_SOURCE.read_bytes()).hexdigest(),
-            **_gcc_inputs()}
+            "history": PAUSE_HISTORY, **_gcc_inputs()}
 
 
 def compile_pause(out: Path, log: Path | None = None) -> Path:
-    """``gcc -static -Os -s`` of clusterproof/cluster/pause.c into ``out``."""
+    """``gcc -static -Os -s`` of clusterproof/provision/pause.c into ``out``."""
     _run(["gcc", "-static", "-Os", "-s", "-Wall", "-o", str(out), str(PAUSE_SOURCE)], log,
-         "compiling clusterproof/cluster/pause.c", "install gcc and static glibc (apt-get install gcc libc6-dev)")
+         "compiling clusterproof/provision/pause.c", "install gcc and static glibc (apt-get install gcc libc6-dev)")
     return out
 
 
@@ -390,7 +393,7 @@ def _build_pause(key: str, inputs: dict, progress) -> Built:
         # As registry.k8s.io/pause: the sandbox runs as 65535, not root.
         config = {"Entrypoint": ["/pause"], "Env": [PATH_ENV], "WorkingDir": "/", "User": "65535:65535"}
         return _write_archive("pause", key, [layer], config, "1970-01-01T00:00:00Z",
-                              ["COPY clusterproof/cluster/pause.c (gcc -static -Os -s) /pause"], labels, progress)
+                              [PAUSE_HISTORY], labels, progress)
 
 
 # ---------------------------------------------------------------- checker
@@ -680,8 +683,8 @@ def build(image: Image = CHECKER, progress=progress_lines.say) -> Built:
             inputs = _checker_inputs(base)
             key = _key(inputs)
             return _cached("checker", key) or _build_checker(key, inputs, base, progress)
-    raise HarnessError(f"unknown image {image!r}: use clusterproof.cluster.images.PAUSE "
-                       "or clusterproof.cluster.images.CHECKER")
+    raise HarnessError(f"unknown image {image!r}: use clusterproof.provision.images.PAUSE "
+                       "or clusterproof.provision.images.CHECKER")
 
 
 def _ctr(address: str, namespace: str, *args: str, timeout: float = 600) -> str:
@@ -706,7 +709,7 @@ def import_into(built: Built, containerd_address: str, namespace: str = "k8s.io"
     CRI, hence the kubelet, sees), unpacked for ``snapshotter`` so the first pod starts without
     unpacking; returns (tag, digest ref), both verified to resolve to the predicted manifest."""
     if not built.tar.is_file():
-        raise HarnessError(f"{built.tar} is gone: build the image again (python -m clusterproof.cluster.images)")
+        raise HarnessError(f"{built.tar} is gone: build the image again (python -m clusterproof.provision.images)")
     toolchain.trusted(built.tar)   # what containerd then runs, as root
     _need("ctr", "apt-get install containerd (ctr imports the image archives)")
     if not Path(containerd_address).is_socket():
@@ -730,7 +733,7 @@ def import_into(built: Built, containerd_address: str, namespace: str = "k8s.io"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m clusterproof.cluster.images [pause] [checker] [--import SOCKET]``: build (default: both), print
+    """``python -m clusterproof.provision.images [pause] [checker] [--import SOCKET]``: build (default: both), print
     name, tag, digest ref, size; ``--import``: import them into that containerd's k8s.io namespace."""
     args = list(sys.argv[1:] if argv is None else argv)
     address = None
@@ -744,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     by_name = {im.name: im for im in IMAGES}
     unknown = [a for a in args if a not in by_name]
     if unknown:
-        print(f"clusterproof: unknown argument {unknown[0]!r} (usage: python -m clusterproof.cluster.images "
+        print(f"clusterproof: unknown argument {unknown[0]!r} (usage: python -m clusterproof.provision.images "
               f"[pause] [checker] [--import SOCKET])", file=sys.stderr)
         return exitcodes.USAGE
     try:

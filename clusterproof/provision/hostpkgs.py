@@ -7,11 +7,11 @@ node runs its distribution's (or NVIDIA's) packages, not a harness's build.
 Debian bookworm's containerd 1.6.20 and runc 1.1.5 are what this machine and
 CI run containers with (NOTES.md); the CNI plugins come from the same
 archive. The versions are pinned here, the one place that installs them
-(``make setup`` as root: ``python -m clusterproof.cluster.hostpkgs --install``), and a
+(``make setup`` as root: ``python -m clusterproof.provision.hostpkgs --install``), and a
 run checks them before it starts a real node: a different version installed
 is one line, not a surprise.
 
-debootstrap builds the GPU checker image's Debian root (``clusterproof.cluster.images``), and checks
+debootstrap builds the GPU checker image's Debian root (``clusterproof.provision.images``), and checks
 what it downloads against debian-archive-keyring's keys (``--force-check-gpg``): debootstrap only
 recommends the keyring, and ``--no-install-recommends`` would leave it out, so it is pinned here too.
 apt itself checks each of these packages against the keyring already installed (apt depends on it).
@@ -92,7 +92,7 @@ def install() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m clusterproof.cluster.hostpkgs [--install]``: check (or install, as root) the pinned
+    """``python -m clusterproof.provision.hostpkgs [--install]``: check (or install, as root) the pinned
     packages. Not root and not installed: a note, exit 0 -- a run with real nodes then ends with one line
     saying what to do."""
     try:

@@ -16,7 +16,7 @@ Trust (docs/toolchain.md#trust): what is cached here runs as root, so ``trusted`
 a binary that another user could have replaced -- one they own or can write, or a directory on the way to
 it -- and the Go module downloads are checked against the checksum database (``go_binary``).
 
-Run ``python -m clusterproof.cluster.toolchain`` to build (or verify) everything.
+Run ``python -m clusterproof.provision.toolchain`` to build (or verify) everything.
 """
 from __future__ import annotations
 
@@ -602,18 +602,18 @@ def versions() -> dict[str, str]:
     return {c.name: c.version for c in COMPONENTS}
 
 
-USAGE = ("python -m clusterproof.cluster.toolchain [--only NAME[,NAME...]] [--jobs N] [--dry-run] "
+USAGE = ("python -m clusterproof.provision.toolchain [--only NAME[,NAME...]] [--jobs N] [--dry-run] "
          f"[kubernetes@{KUBERNETES_VERSION}] [actionlint]")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m clusterproof.cluster.toolchain``: build (or verify) every component a run on the embedded
+    """``python -m clusterproof.provision.toolchain``: build (or verify) every component a run on the embedded
     cluster needs; ``kubernetes@VERSION`` builds that control-plane version too, ``actionlint`` the workflow
     linter. ``--only a,b`` (or ``--only`` then names): just those. ``--jobs N``: N builds at a time.
     ``--dry-run``: say what would be built, build nothing."""
     from clusterproof.core import exitcodes
     from clusterproof.core.errors import ArgumentParser
-    ap = ArgumentParser(prog="python -m clusterproof.cluster.toolchain", usage=USAGE, add_help=True)
+    ap = ArgumentParser(prog="python -m clusterproof.provision.toolchain", usage=USAGE, add_help=True)
     ap.add_argument("--only", nargs="?", const="", default=None)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--dry-run", action="store_true")
