@@ -67,8 +67,9 @@ when a `clusterproof.` name in it no longer names anything in the tree.
 2. **The plugin loads**: pytest finds `clusterproof.fixtures` through the `pytest11` entry point (the
    checkout's editable install has it too), and that module's `pytest_plugins` loads one fixtures module per
    domain (`clusterproof.fixtures.cluster`, `clusterproof.fixtures.report`, ...). In a checkout the root
-   `conftest.py` collects `suites/` under the installed names (`clusterproof.suites.test_x`), so a checkout
-   run and an installed run import the same modules by the same names.
+   `conftest.py` collects `suites/` under the installed names (`suites/test_burst_pod_creation.py` is
+   `clusterproof.suites.test_burst_pod_creation`), so a checkout run and an installed run import the same
+   modules by the same names.
 3. **Configure, before any test** (a mistake here is one line and exit 4):
    `clusterproof.fixtures.pytest_configure` picks the run id (`clusterproof.core.run.new_run_id`), the run's
    output directory (`clusterproof.core.outputs.RunOutputs`, `out/runs/<run id>/`: Allure results, junit.xml)
