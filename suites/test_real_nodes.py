@@ -30,13 +30,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import allure
 import pytest
 
 from clusterproof.cluster import realnodes
 from clusterproof.cluster.realnode_config import LEASE_DURATION_S, RealNode
+from clusterproof.cluster.realnode_measure import (
+    CheckerRounds,
+    audited_heartbeats,
+    flows_text,
+    judge_heartbeats,
+    renewals_audited,
+)
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, list_raw
 from clusterproof.kube.node_taints import add_taint, remove_taint
@@ -77,26 +83,24 @@ def test_the_checker_pod_on_each_real_node_finds_the_injected_fault_and_the_node
                              "handed in by the node's GPU runtime, as the NVIDIA container toolkit would)",
                              excluded=True)
     faults = realnodes.faults_file(cluster.kwok.directory)
-    rounds, problems, seconds = [], [], []
+    run = CheckerRounds()
     try:
         for node in real.names:
             for kind in (INJECTED, None):
-                t0 = time.monotonic()
-                r = run_round(cluster.api, cluster.kubeconfig, faults, namespace, run_id, node, kind, image, marks,
-                              real.gpus, profile.preflight_xid_window_ms, profile.preflight_pod_timeout_s)
-                seconds.append(time.monotonic() - t0)
-                rounds.append(r)
-                problems += r.problems
+                run.timed(lambda node=node, kind=kind: run_round(
+                    cluster.api, cluster.kubeconfig, faults, namespace, run_id, node, kind, image, marks, real.gpus,
+                    profile.preflight_xid_window_ms, profile.preflight_pod_timeout_s))
     finally:
         for node in real.names:
             restore(cluster.api, node, marks)
     allure.attach("\n".join(f"{r.node}: injected {r.injected or 'nothing'} -> checker pod answered "
-                            f"{r.verdict.get('code') or 'pass'} -> {r.decision}" for r in rounds),
+                            f"{r.verdict.get('code') or 'pass'} -> {r.decision}" for r in run.rounds),
                   "rounds (node, injected fault, the pod's verdict, the decision)", allure.attachment_type.TEXT)
-    allure.attach(json.dumps([r.verdict for r in rounds], indent=1), "checker pod verdicts (json)",
+    allure.attach(json.dumps([r.verdict for r in run.rounds], indent=1), "checker pod verdicts (json)",
                   allure.attachment_type.JSON)
-    figures.add("checker pod round (pod created to decision), max", max(seconds) if seconds else None, "s")
-    assert not problems, f"{len(problems)} problem(s) with preflight on real nodes: " + "; ".join(problems)
+    figures.add("checker pod round (pod created to decision), max", run.round_max_s, "s")
+    assert not run.problems, (f"{len(run.problems)} problem(s) with preflight on real nodes: "
+                              + "; ".join(run.problems))
 
 
 # --- 2. the kubelet enforces taints itself ----------------------------------------------------------
@@ -172,30 +176,6 @@ def _pod_events(api, namespace: str, pod: str) -> list[dict]:
 
 # --- 3. API Priority and Fairness sees a kubelet ------------------------------------------------------
 
-def _heartbeats(audit_log, names: list[str]) -> list[dict]:
-    """The real nodes' Lease and node-status writes the apiserver audited
-    (clusterproof.cluster.realnode_config.audit_rules)."""
-    out = []
-    try:
-        lines = audit_log.read_text(errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        ref = e.get("objectRef") or {}
-        if (ref.get("name") in names and ref.get("resource") in ("leases", "nodes")
-                and e.get("stage") == "ResponseComplete"):
-            out.append(e)
-    return out
-
-
-NODE_FLOWS = {"system-node-high", "system-nodes"}   # the stock FlowSchemas of group system:nodes
-MIN_RENEWALS = 3
-
-
 @pytest.mark.smoke
 def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_never_lapses(real, cluster, figures):
     """Every request of a real kubelet is classified into a node flow (``system-node-high`` or
@@ -209,59 +189,23 @@ def test_the_real_kubelets_requests_are_classified_as_a_nodes_and_its_lease_neve
                list_raw(cluster.api, "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")["items"]}
     # A short run (this module alone) may have seen one renewal so far: renewals come every 10 s.
     try:
-        events = wait_for(lambda: _heartbeats(cluster.kwok.audit_log, real.names),
-                          until=lambda evs: all(sum(1 for e in evs if e["objectRef"]["name"] == n
-                                                    and e["objectRef"]["resource"] == "leases") >= MIN_RENEWALS
-                                                for n in real.names),
+        events = wait_for(lambda: audited_heartbeats(cluster.kwok.audit_log, real.names),
+                          until=lambda evs: renewals_audited(evs, real.names),
                           timeout=LEASE_DURATION_S + 10, interval=2, what="real node Lease renewals audited")
     except WaitTimeout:
-        events = _heartbeats(cluster.kwok.audit_log, real.names)
-    problems, rows, flows = [], [], {}
-    for name in real.names:
-        log = cluster.kwok.directory / "logs" / f"{realnodes.kubelet_component(name)}.log"
-        got = {schemas.get(uid, uid if uid == realnodes.UNCLASSIFIED else f"unknown uid {uid}"): n
-               for uid, n in realnodes.flow_schema_uids(log).items()}
-        flows[name] = got
-        if "system-node-high" not in got:
-            problems.append(f"node {name}: none of its kubelet's {sum(got.values())} responses was classified "
-                            f"system-node-high (its flows: {_flows(got)})")
-        elsewhere = {k: v for k, v in got.items() if k not in NODE_FLOWS and k != realnodes.UNCLASSIFIED}
-        if elsewhere:
-            problems.append(f"node {name}: {sum(elsewhere.values())} of its kubelet's requests were classified "
-                            f"outside the node flows: {_flows(elsewhere)}")
-        evs = [e for e in events if e["objectRef"]["name"] == name]
-        foreign = [e for e in evs if e["user"].get("username") != f"system:node:{name}"
-                   and e.get("userAgent", "").startswith("kubelet")]
-        if foreign:
-            problems.append(f"node {name}: {len(foreign)} heartbeats came from {foreign[0]['user'].get('username')}, "
-                            f"not system:node:{name}")
-        leases = [e for e in evs if e["objectRef"]["resource"] == "leases"]
-        if len(leases) < MIN_RENEWALS:
-            problems.append(f"node {name}: {len(leases)} Lease renewal(s) audited")
-            continue
-        times = sorted(_epoch_us(e["stageTimestamp"]) for e in leases)
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        rows.append((name, len(leases), times[-1] - times[0], max(gaps)))
+        events = audited_heartbeats(cluster.kwok.audit_log, real.names)
+    beats = judge_heartbeats(real.names, events, schemas, cluster.kwok.directory)
+    for name, lease in beats.leases.items():
         Plot(f"Lease renewals of {name} (real kubelet)", "time since its first renewal (s)",
              "gap since the previous renewal (s)",
-             [Series("renewal", [(t - times[0], g) for t, g in zip(times[1:], gaps)])],
+             [Series("renewal", [(t - lease.times[0], g) for t, g in zip(lease.times[1:], lease.gaps)])],
              {f"Lease duration ({LEASE_DURATION_S} s)": LEASE_DURATION_S}).attach()
-        if max(gaps) > LEASE_DURATION_S:
-            problems.append(f"node {name}: its Lease went {max(gaps):.0f} s without renewal "
-                            f"(duration {LEASE_DURATION_S} s)")
-    allure.attach("\n".join(f"{n}: {_flows(f)}" for n, f in flows.items()),
+    allure.attach("\n".join(f"{n}: {flows_text(f)}" for n, f in beats.flows.items()),
                   "flow schemas of the real kubelets' requests (responses counted)", allure.attachment_type.TEXT)
-    allure.attach("\n".join(f"{n}: {c} renewals over {s:.0f} s, longest gap {g:.1f} s" for n, c, s, g in rows),
+    allure.attach("\n".join(f"{n}: {r.count} renewals over {r.span_s:.0f} s, longest gap {r.longest_gap_s:.1f} s"
+                            for n, r in beats.leases.items()),
                   "Lease renewals per real node", allure.attachment_type.TEXT)
-    if rows:
-        figures.add("real node Lease renewal, longest gap", max(r[3] for r in rows), "s", LEASE_DURATION_S)
-    assert not problems, "; ".join(problems)
+    if beats.leases:
+        figures.add("real node Lease renewal, longest gap", beats.longest_gap_s, "s", LEASE_DURATION_S)
+    assert not beats.problems, "; ".join(beats.problems)
 
-
-def _flows(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
-
-
-def _epoch_us(value: str) -> float:
-    from clusterproof.core.timeparse import epoch
-    return epoch(value)

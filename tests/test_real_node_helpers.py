@@ -316,3 +316,53 @@ def test_a_pinned_package_at_another_version_is_named_with_both_versions(monkeyp
     assert f"containerd={hostpkgs.PACKAGES['containerd']}" in msg, "the line says how to fix it"
     monkeypatch.setattr(hostpkgs, "installed", lambda: dict(hostpkgs.PACKAGES))
     hostpkgs.require()
+
+
+# --- what the real-node checks measure (clusterproof.cluster.realnode_measure) -----------------------------
+
+def _beat(node: str, resource: str, at: str, user: str | None = None) -> dict:
+    return {"objectRef": {"name": node, "resource": resource}, "stage": "ResponseComplete",
+            "stageTimestamp": f"2026-11-25T10:00:{at}Z", "user": {"username": user or f"system:node:{node}"},
+            "userAgent": "kubelet/v1.35.0"}
+
+
+def test_heartbeats_are_read_from_the_audit_log_and_judged_per_node(tmp_path):
+    from clusterproof.cluster import realnode_measure as rm
+    audit = tmp_path / "audit.log"
+    beats = [_beat("cp-real-0", "leases", s) for s in ("00", "10", "20", "55")] + [
+        _beat("cp-real-1", "leases", "00"), _beat("cp-real-1", "nodes", "05", user="admin"),
+        _beat("elsewhere", "leases", "00"), {**_beat("cp-real-0", "leases", "30"), "stage": "RequestReceived"}]
+    audit.write_text("\n".join(json.dumps(b) for b in beats) + "\nnot json\n")
+    names = ["cp-real-0", "cp-real-1"]
+    events = rm.audited_heartbeats(audit, names)
+    assert len(events) == 6 and not rm.renewals_audited(events, names)
+    assert rm.renewals_audited(events, ["cp-real-0"])
+    assert rm.audited_heartbeats(tmp_path / "absent.log", names) == []
+    h = realnodes.FLOW_SCHEMA_HEADER
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "kubelet-cp-real-0.log").write_text(f"{h}: uid-high\n{h}: uid-high\n{h}: uid-exempt\n")
+    out = rm.judge_heartbeats(names, events, {"uid-high": "system-node-high", "uid-exempt": "exempt"}, tmp_path)
+    assert out.flows == {"cp-real-0": {"system-node-high": 2, "exempt": 1}, "cp-real-1": {}}
+    assert list(out.leases) == ["cp-real-0"]
+    lease = out.leases["cp-real-0"]
+    assert (lease.count, lease.span_s, lease.gaps, out.longest_gap_s) == (4, 55.0, [10.0, 10.0, 35.0], 35.0)
+    assert out.problems == [
+        "node cp-real-0: 1 of its kubelet's requests were classified outside the node flows: exempt 1",
+        "node cp-real-1: none of its kubelet's 0 responses was classified system-node-high (its flows: none)",
+        "node cp-real-1: 1 heartbeats came from admin, not system:node:cp-real-1",
+        "node cp-real-1: 1 Lease renewal(s) audited"]
+    assert {f.name: f.value for f in out.gather()} == {"lease_longest_gap_s": 35.0, "problems": 4}
+    assert rm.KubeletHeartbeats().longest_gap_s is None
+
+
+def test_checker_rounds_are_timed_and_keep_their_problems():
+    from types import SimpleNamespace
+
+    from clusterproof.cluster.realnode_measure import CheckerRounds
+    run = CheckerRounds()
+    assert run.round_max_s is None
+    r = run.timed(lambda: SimpleNamespace(problems=["node cp-real-0 was released"]))
+    run.timed(lambda: SimpleNamespace(problems=[]))
+    assert run.rounds[0] is r and len(run.seconds) == 2 and run.round_max_s == max(run.seconds)
+    assert run.problems == ["node cp-real-0 was released"]
+    assert [f.name for f in run.gather()] == ["round_max_s", "problems"]

@@ -141,3 +141,60 @@ def test_team_namespaces_override_parses():
     assert parse_team_namespaces(p.team_namespaces) == {"research": "ml-research", "applied": "ml-applied"}
     assert adm.resolve_admission("auto", owned=True) == "harness"
     assert adm.resolve_admission("auto", owned=False) == "cluster"
+
+
+# --- what the checks measure (clusterproof.taints.measure) -------------------------------------------------
+
+def _node(name: str, pool: str, *taints: dict, unschedulable: bool = False) -> pl.NodeInfo:
+    return pl.NodeInfo(name, pool, list(taints), True, unschedulable)
+
+
+def test_untolerated_pods_are_judged_by_where_they_landed_and_what_the_scheduler_said():
+    from clusterproof.taints.measure import UntoleratedRun
+    team = {"key": KEY, "value": "research", "effect": "NoSchedule"}
+    nodes = {n.name: n for n in [_node("t1", "team-research", team), _node("t2", "team-research", team),
+                                 _node("t3", "team-applied", team, unschedulable=True), _node("s1", "shared"),
+                                 _node("bare", "team-applied")]}
+    run = UntoleratedRun(None, "ns", "sel", 5)
+    run.placed = {"ok": "s1", "on-team": "t1", "bare": "bare", "refused": None, "short": None, "silent": None}
+    run.events = {"refused": ["0/5 nodes are available: 2 node(s) had untolerated taint(s)"],
+                  "short": ["0/5 nodes are available: 1 node(s) had untolerated taint {x}"]}
+    names = sorted(run.placed)
+    assert run.count_silent_refusals(names, {"refused": ["..."]}) == 1      # "short" was refused with no event
+    r = run.judge(names, nodes, KEY, "clusterproof.io/preflight")
+    assert r.guarded == 2, "the unschedulable team node and the untainted one owe no refusal"
+    assert (r.pending, r.bound, r.misplaced) == (3, 2, 4)
+    assert any("on-team landed on team node t1" in p for p in r.problems)
+    assert any("bare landed on team node bare (pool team-applied; carries no" in p for p in r.problems)
+    assert any("silent is Pending without the scheduler refusing it" in p for p in r.problems)
+    assert any("short: the scheduler refused only 1 node(s)" in p for p in r.problems)
+    got = {f.name: (f.value, f.unit) for f in run.gather()}
+    assert got == {"pods": (5.0, "pods"), "settle_s": (None, "s"), "refused_without_event": (1.0, "pods"),
+                   "bound": (2.0, "pods"), "pending": (3.0, "pods"), "problems": (4.0, "")}
+
+
+def test_team_pods_stay_on_their_pools_and_a_pod_sent_elsewhere_is_refused():
+    from clusterproof.taints.measure import TeamPods
+    refused = ["0/9 nodes are available: 3 node(s) had untolerated taint(s)"]
+    settled = {"ns-r": ({"own": "n-r", "shared": "n-s", "stray": "n-a", "into-applied": None, "into-silent": None},
+                        {"into-applied": refused, "into-silent": ["0/9 nodes: Insufficient cpu"]}),
+               "ns-a": ({"into-research": "n-r"}, {})}
+    off = {("ns-r", "into-applied"): "applied", ("ns-r", "into-silent"): "applied",
+           ("ns-a", "into-research"): "research"}
+    pools = {"n-r": "team-research", "n-a": "team-applied", "n-s": "shared"}
+    run = TeamPods(settle_s=1.5, wrong_tolerations=["pod ns-r/x got a wildcard toleration"])
+    run.judge_placement(settled, {"ns-r": "research", "ns-a": "applied"}, off, pools)
+    assert run.misplaced == [
+        "pod ns-r/stray of team research landed on node n-a of pool team-applied",
+        "pod ns-r/into-silent is Pending without an untolerated-taint refusal from the scheduler "
+        "(last: 0/9 nodes: Insufficient cpu)",
+        "pod ns-a/into-research of team applied landed on node n-r of pool team-research"]
+    assert {f.name: f.value for f in run.gather()} == {"settle_s": 1.5, "misplaced": 3, "wrong_tolerations": 1}
+
+
+def test_a_judged_check_gathers_its_timings_and_counts_its_problems():
+    from clusterproof.taints.measure import Borrowing, Eviction, NewNode
+    assert {f.name: f.value for f in Borrowing(["a", "b"], borrow_s=2.0).gather()} == {
+        "borrow_s": 2.0, "reclaim_s": None, "problems": 2}
+    assert [f.name for f in Eviction().gather()] == ["evict_s", "problems"]
+    assert NewNode(bind_s=1.0).problem_count == 0
