@@ -278,8 +278,8 @@ def test_a_shipped_check_runs_from_the_installed_package(installed, cluster, pro
     run = _run([venv / "bin" / "clusterproof", "run", "-q", "-p", "no:randomly", "-k", "test_every_node_is_ready",
                 "--cp-kubeconfig", cluster.kubeconfig, "--cp-profile", profile.name, "--cp-set", "real_nodes=0",
                 "--cp-summary", tmp_path / "summary.json"], tmp_path)
-    out = run.stdout + run.stderr
-    assert run.returncode == 0 and " passed" in run.stdout and "failed" not in run.stdout, out[-4000:]
+    out, final = run.stdout + run.stderr, (run.stdout.strip().splitlines() or [""])[-1]
+    assert run.returncode == 0 and " passed" in final and "failed" not in final, out[-4000:]
     keys = set(json.loads((tmp_path / "summary.json").read_text())["figures"])
     assert "suites/test_cluster_scale.py::test_every_node_is_ready[shared] :: nodes not Ready or still tainted" \
         in keys, sorted(keys)
