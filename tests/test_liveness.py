@@ -497,3 +497,38 @@ def test_a_run_stopped_past_its_lease_duration_starts_no_further_check(cluster, 
         rc, out, failures, passed = run.finish()
         _assert_stopped_with_the_line(cluster, run, rc, out, failures, passed, "found expired",
                                       "may have removed this run's objects")
+
+
+class _Finalized:
+    """An object whose finalizer is where the loss's signal lands (as logging's handler clean-up did in CI)."""
+
+    def __init__(self, guard: LivenessGuard):
+        self.guard = guard
+
+    def __del__(self):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        for _ in range(1000):    # bytecode boundaries inside the finalizer: the handler raises in here
+            pass
+
+
+def test_a_loss_raised_inside_a_finalizer_is_sent_again_and_never_printed(monkeypatch):
+    """The signal may land while the main thread runs a finalizer, where Python swallows the exception as
+    unraisable: the guard's hook hides it (no traceback in the run's output) and sends the loss again, so the
+    check under way still stops; outside a check (teardown) nothing is sent again."""
+    guard = LivenessGuard(types.SimpleNamespace(stash={}))
+    printed = []
+    monkeypatch.setattr("sys.unraisablehook", lambda u: printed.append(u))
+    guard.pytest_sessionstart(None)
+    previous = signal.signal(signal.SIGUSR1, guard._on_signal)
+    try:
+        guard.line = "clusterproof: liveness lost (self-test)"
+        with pytest.raises(LivenessLost, match="self-test"):
+            with guard._armed():
+                _Finalized(guard)        # dropped at once: its __del__ runs here
+                time.sleep(5)            # the loss is sent again within RESEND_S and interrupts this
+        assert printed == [], [str(u.exc_value) for u in printed]
+        other = types.SimpleNamespace(exc_value=ValueError("someone else's"))
+        assert guard.swallowed(other) is False
+        assert guard.swallowed(types.SimpleNamespace(exc_value=LivenessLost("x"))) is True and not guard.armed
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
