@@ -12,21 +12,29 @@ exactly what ``clusterproof run`` imports from an installed wheel
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-import clusterproof.suites
+PACKAGE = "clusterproof.suites"
 
-SUITES = Path(clusterproof.suites.__file__).resolve().parent
+
+@functools.cache
+def suites_dir() -> Path | None:
+    """Where ``clusterproof.suites`` lives (this checkout's ``suites/`` when it is installed editable); None if
+    the package is not installed, and pytest collects by path as it would anyway."""
+    spec = importlib.util.find_spec(PACKAGE)
+    return Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
 
 
 class InstalledModule(pytest.Module):
     """A suite module imported by its package name (``clusterproof.suites.<stem>``), not by its path."""
 
     def _getobj(self):
-        name = f"{clusterproof.suites.__name__}.{self.path.stem}"
+        name = f"{PACKAGE}.{self.path.stem}"
         try:
             return importlib.import_module(name)
         except pytest.skip.Exception as e:
@@ -41,13 +49,13 @@ class InstalledModule(pytest.Module):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collect_directory(path: Path, parent: pytest.Collector):
     """``suites/`` as a plain directory, not a Package: pytest would import its ``__init__.py`` as ``suites``."""
-    if path.resolve() == SUITES:
+    if suites_dir() is not None and path.resolve() == suites_dir():
         return pytest.Dir.from_parent(parent, path=path)
     return None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):
-    if module_path.resolve().parent == SUITES and module_path.name != "__init__.py":
+    if suites_dir() is not None and module_path.resolve().parent == suites_dir() and module_path.name != "__init__.py":
         return InstalledModule.from_parent(parent, path=module_path)
     return None
