@@ -190,7 +190,9 @@ def _retrying(method: str, path: str, attempt, retry_s: float, resend: bool):
         if not safe or left <= 0:
             why = (f"not sent again: a {method} that {MAYBE_SENT} is not safe to repeat" if not safe
                    else f"gave up after {retry_s:g} s")
-            err.add_note(f"clusterproof: {method} {path}: connection failed ({n} attempt(s) in "
+            what = "answered 504, the server's own deadline" if getattr(err, "status", None) == 504 else \
+                "connection failed"
+            err.add_note(f"clusterproof: {method} {path}: {what} ({n} attempt(s) in "
                          f"{time.monotonic() - t0:.1f} s; {why})")
             raise err
         sent = sent or kind == MAYBE_SENT
