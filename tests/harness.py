@@ -83,11 +83,34 @@ def junit_verdicts(junit: Path) -> tuple[dict[str, str], list[str]]:
     return failures, passed
 
 
+class BackgroundRun(subprocess.Popen):
+    """A child pytest whose output goes to a file, never a pipe: a run the test does not read while it waits
+    (minutes, for a real node's container) would otherwise stop at its first write once the pipe's 64 KiB
+    are full, and the wait would blame the run. ``output()`` is everything it printed so far;
+    ``communicate`` waits for it to end and returns ``(output, None)``, as with a pipe."""
+
+    def __init__(self, cmd: list[str], log: Path, **kwargs):
+        self.log = log
+        with open(log, "w") as f:
+            super().__init__(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def communicate(self, input=None, timeout=None):
+        self.wait(timeout)
+        return self.output(), None
+
+    def tail(self, n: int = 3000) -> str:
+        """The last ``n`` characters it printed, for a failure message."""
+        return f"the run's last output ({self.log}):\n{self.output()[-n:]}"
+
+
 @contextmanager
 def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False, env: dict | None = None):
-    """A pytest run in the background (to be interrupted or killed); output on ``proc.stdout``.
-    Killed on leaving the block if still running (its process group when ``new_session``).
-    ``env`` overrides variables for the child only, as in ``run_pytest``.
+    """A pytest run in the background (to be interrupted or killed): a ``BackgroundRun``, its output in
+    ``tmp_path/background.log``. Killed on leaving the block if still running (its process group when
+    ``new_session``). ``env`` overrides variables for the child only, as in ``run_pytest``.
 
     SIGINT goes back to its default in the child: a parent started in the
     background without job control (nohup ... &, some CI runners) passes it
@@ -95,9 +118,10 @@ def background_pytest(args: list[str], tmp_path: Path, new_session: bool = False
     """
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--alluredir={tmp_path / 'allure'}",
            f"--cp-summary={tmp_path / 'summary.json'}", f"--cp-output-dir={tmp_path / 'out'}", *child_args(args)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=new_session, env={**os.environ, **(env or {})},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = BackgroundRun(cmd, tmp_path / "background.log", cwd=ROOT, start_new_session=new_session,
+                         env={**os.environ, **(env or {})},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         yield proc
     finally:
@@ -171,10 +195,10 @@ def private_cache(tmp_path: Path) -> Path:
     return root
 
 
-def ended_early(proc: subprocess.Popen) -> None:
+def ended_early(proc: BackgroundRun) -> None:
     """Raise (with its output) if a background run ended before it was interrupted."""
     if proc.poll() is not None:
-        raise AssertionError(f"the run ended early:\n{proc.stdout.read()[-2000:]}")
+        raise AssertionError(f"the run ended early (exit {proc.returncode}):\n{proc.output()[-2000:]}")
 
 
 def interrupt(proc: subprocess.Popen, api_guard, timeout: float = 300) -> str:

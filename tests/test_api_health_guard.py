@@ -73,3 +73,30 @@ def test_an_excused_window_stays_open_until_the_5xx_count_stops_moving(monkeypat
         pass
     assert {describe(k): v for k, v in guard.excused.items()} == {"POST configmaps -> 504": 6.0}
     assert next(reads) == TEXT % (5, 9, 0, 0)     # the read after the two that agreed was never taken
+
+
+ETCD_TEXT = """# TYPE etcd_request_duration_seconds histogram
+etcd_request_duration_seconds_bucket{operation="create",type="/registry/pods",le="0.5"} %d
+etcd_request_duration_seconds_bucket{operation="create",type="/registry/pods",le="1"} %d
+etcd_request_duration_seconds_bucket{operation="create",type="/registry/pods",le="60"} %d
+etcd_request_duration_seconds_bucket{operation="create",type="/registry/pods",le="+Inf"} %d
+etcd_request_duration_seconds_bucket{operation="get",type="/registry/leases",le="0.5"} %d
+etcd_request_duration_seconds_bucket{operation="get",type="/registry/leases",le="1"} %d
+etcd_request_duration_seconds_bucket{operation="get",type="/registry/leases",le="60"} %d
+etcd_request_duration_seconds_bucket{operation="get",type="/registry/leases",le="+Inf"} %d
+"""
+
+
+def test_a_5xx_says_whether_etcd_was_slow_as_the_apiserver_saw_it():
+    """A 504 is the API server's deadline; the guard's line says whether storage held it up (etcd requests over
+    1 s, the most first) or every etcd request was fast (then the API server itself was slow)."""
+    from clusterproof.cluster.apiguard import storage_latency
+    before = ETCD_TEXT % (0, 0, 0, 0, 0, 0, 0, 0)
+    slow = ETCD_TEXT % (90, 95, 100, 100, 50, 50, 50, 50)
+    assert storage_latency(before, slow) == ("etcd, as kube-apiserver saw it: create /registry/pods: 5 of 100 over "
+                                             "1 s, p99 48 s")
+    fast = ETCD_TEXT % (100, 100, 100, 100, 50, 50, 50, 50)
+    assert storage_latency(before, fast) == "etcd, as kube-apiserver saw it: all 150 requests within 1 s"
+    assert storage_latency(TEXT % (5, 1, 0, 10), TEXT % (9, 3, 2, 25)) == ""
+    h = Health({("POST", "", "pods", "", "504"): 3.0}, {}, [], {}, storage=storage_latency(before, fast))
+    assert h.error_line() == "POST pods -> 504 x3 (etcd, as kube-apiserver saw it: all 150 requests within 1 s)"

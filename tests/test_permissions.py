@@ -183,9 +183,10 @@ MODES = [pytest.param("read-only", id="read-only"), pytest.param("destructive", 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_suite_passes_as_the_service_account_without_a_403(guest_runs, mode):
     g = guest_runs[mode]
+    why = "\n".join(f"- {name}: {text.strip()[:1500]}" for name, text in sorted(g.run.failures.items()))
     assert g.run.returncode == 0 and not g.run.failures, \
         f"{len(g.run.failures)} check(s) failed as the ServiceAccount ({mode}): {sorted(g.run.failures)}\n" \
-        + g.run.output[-3000:]
+        f"{why}\nthe run's last output:\n{g.run.output[-3000:]}"
     refused = {c.describe(): s[FORBIDDEN_RBAC] for c, s in g.calls.items() if FORBIDDEN_RBAC in s}
     assert not refused, f"RBAC refused {len(refused)} call(s) of the {mode} run: {refused}"
     assert g.calls, "the run recorded no API call"

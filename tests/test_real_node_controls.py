@@ -213,9 +213,22 @@ def _real_pods(kc: KwokCluster, run_id: str, cache: dict, proc, running: bool = 
 def _wait_containers(kc: KwokCluster, run_id: str, proc, prefix: str = "", timeout: float = 300) -> Seen:
     """Wait until the real node runs a container of the run (a pod named ``prefix``...), then what it has."""
     cache: dict = {}
+
+    def explain(_names) -> str:
+        """Where the run's pods were, and what the run printed: the wait alone cannot tell a slow node from a
+        run that never got to its check."""
+        try:
+            api = _api(kc, cache)
+            pods = [] if api is None else list_raw(api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}"},
+                                                   retry_s=0)["items"]
+            where = "; ".join(f"{p['metadata']['name']} on {p['spec'].get('nodeName') or '(unbound)'} "
+                              f"{(p.get('status') or {}).get('phase')}" for p in pods) or "none"
+        except Exception as e:   # the cluster itself is the question then
+            where = f"could not list them ({type(e).__name__}: {e})"
+        return f"the run's pods: {where}\n{proc.tail()}"
     wait_for(lambda: _real_pods(kc, run_id, cache, proc),
              until=lambda names: any(n.startswith(prefix) for n in names), timeout=timeout, interval=0.3,
-             what=f"a pod {prefix}* of run {run_id} running on real node {NODE}")
+             what=f"a pod {prefix}* of run {run_id} running on real node {NODE}", explain=explain)
     seen = Seen(_states(kc))
     assert seen.states, f"no real node state under {kc.directory / realnodes.DIR}"
     seen.add(kc)

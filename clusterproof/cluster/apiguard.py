@@ -23,12 +23,15 @@ several.
 """
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
+from clusterproof.core.stats import histogram_quantile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import apimetrics
 from clusterproof.kube import flowcontrol as apf
@@ -47,6 +50,12 @@ NOT_ERRORS: dict[tuple[str, str, str, str], str] = {
 }
 
 
+# kube-apiserver's own view of etcd (per operation and object type): read beside the 5xx, so that a 504 says
+# whether storage was slow (a write waits for etcd's disk) or the API server itself (CPU, queues).
+ETCD = "etcd_request_duration_seconds"
+SLOW_ETCD_S = 1.0
+SCRAPED = (*apf.METRICS, ETCD)
+
 # An excused window stays open until the 5xx count reads the same twice this far apart (at most SETTLE_S).
 SETTLE_EVERY_S = 2.0
 SETTLE_S = 20.0
@@ -63,6 +72,38 @@ def rejections(before: str, after: str) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for (fs, pl, _reason), v in apf.delta(apf.rejected(after), apf.rejected(before)).items():
         out[(fs, pl)] = out.get((fs, pl), 0.0) + v
+    return out
+
+
+def storage_latency(before: str, after: str) -> str:
+    """etcd as kube-apiserver saw it between two scrapes, in one clause (pure): the operations with requests
+    slower than ``SLOW_ETCD_S``, the most first, each with its count and p99 (at most three); or that every
+    one was faster. '' if the scrapes hold no etcd latency."""
+    d = apimetrics.delta(_etcd(after), _etcd(before))
+    if not d:
+        return ""
+    slow = []
+    for (op, kind), b in d.items():
+        over = b[math.inf] - max((c for le, c in b.items() if le <= SLOW_ETCD_S), default=0.0)
+        if over > 0:
+            slow.append((over, f"{op} {kind}: {int(over)} of {int(b[math.inf])} over {SLOW_ETCD_S:g} s, "
+                               f"p99 {histogram_quantile(0.99, b):.2g} s"))
+    total = int(sum(b[math.inf] for b in d.values()))
+    if not slow:
+        return f"etcd, as kube-apiserver saw it: all {total:,} requests within {SLOW_ETCD_S:g} s"
+    return "etcd, as kube-apiserver saw it: " + "; ".join(t for _, t in sorted(slow, reverse=True)[:3])
+
+
+def _etcd(text: str) -> dict[tuple[str, str], dict[float, float]]:
+    out: dict[tuple[str, str], dict[float, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != ETCD:
+            continue
+        for smp in fam.samples:
+            if smp.name.endswith("_bucket"):
+                b = out.setdefault((smp.labels.get("operation", ""), smp.labels.get("type", "")), {})
+                le = float(smp.labels["le"])
+                b[le] = b.get(le, 0.0) + smp.value
     return out
 
 
@@ -85,8 +126,11 @@ class Health:
     rejected: dict[tuple[str, str], float]
     note: str = ""
 
+    storage: str = ""
+
     def error_line(self) -> str:
-        return "; ".join(f"{describe(k)} x{int(v)}" for k, v in sorted(self.errors.items(), key=lambda kv: -kv[1]))
+        line = "; ".join(f"{describe(k)} x{int(v)}" for k, v in sorted(self.errors.items(), key=lambda kv: -kv[1]))
+        return line + (f" ({self.storage})" if line and self.storage else "")
 
     def report(self) -> str:
         lines = ["429s per flow schema: " + ("; ".join(f"{fs} -> {pl}: {int(n)}" for (fs, pl), n in
@@ -121,8 +165,8 @@ class ApiGuard:
     def scrape(self, like: str | None = None) -> str | None:
         try:
             if like is None:
-                return apimetrics.scrape(self.api, apf.METRICS)
-            return apimetrics.scrape_same_replica(self.api, like, prefixes=apf.METRICS)
+                return apimetrics.scrape(self.api, SCRAPED)
+            return apimetrics.scrape_same_replica(self.api, like, prefixes=SCRAPED)
         except Exception:        # the control-plane guard reports an unreachable apiserver itself
             return None
 
@@ -177,4 +221,4 @@ class ApiGuard:
         errors = server_errors(mark.text, after)
         note = (f"figures of one of {self.replicas} apiserver replicas" if self.replicas > 1 else "")
         return Health(subtract(errors, excused), {k: v for k, v in excused.items() if errors.get(k)}, reasons,
-                      rejections(mark.text, after), note)
+                      rejections(mark.text, after), note, storage_latency(mark.text, after) if errors else "")

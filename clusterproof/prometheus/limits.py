@@ -274,17 +274,20 @@ def send_or_no_answer(prom: Prom, q: Query, wait: float, timeout: str | None = N
                       if "timed out" in str(e).lower() or "Timeout" in type(e).__name__ else f"{type(e).__name__}: {e}")
 
 
-def send_past_the_deadline(prom: Prom, q: Query, wait: float, attempts: int = 3) -> Answer:
+def send_past_the_deadline(prom: Prom, q: Query, wait: float, attempts: int = 6, pause_s: float = 1.0) -> Answer:
     """``send_or_no_answer`` for the query that must reach ``--query.max-samples``: an answer cut by the
     query timeout first proves nothing either way -- the query never got to load its samples -- so it is
-    sent again, up to ``attempts`` times; the last answer stands (and is judged). On an idle machine the
-    first answer is the 422; on a starved one (the smoke profile's 250 ms timeout, a second cluster
-    running beside it) the first attempt was measured cut at 0.45 s (2026-11-26, the read-only guest run
-    in a fresh-clone ``./proof test``)."""
+    sent again, up to ``attempts`` times, ``pause_s`` apart; the last answer stands (and is judged). On an
+    idle machine the first answer is the 422; on a starved one (the smoke profile's 250 ms timeout, a second
+    cluster running beside it) the first attempt was measured cut at 0.45 s (2026-11-26, the read-only guest
+    run in a fresh-clone ``./proof test``). A burst of work beside (another cluster's bring-up) lasts
+    seconds, and attempts sent back to back land in the same burst: they are spread over about
+    ``attempts * pause_s``."""
     a = send_or_no_answer(prom, q, wait)
     for _ in range(attempts - 1):
         if not a.deadline:
             break
+        time.sleep(pause_s)   # a bounded pause between re-sends (not synchronisation): let a burst beside pass
         a = send_or_no_answer(prom, q, wait)
     return a
 
