@@ -74,3 +74,25 @@ def test_a_group_cannot_shadow_a_shipped_key_and_hooks_must_return_groups():
         prof.flatten_groups([dict])
     assert prof.flatten_groups([None, TeamKeys, [TeamKeys]]) == (TeamKeys, TeamKeys)
     assert prof.profile_model([TeamKeys, TeamKeys]) is prof.profile_model([TeamKeys])
+
+
+def test_each_components_go_runtime_is_set_in_its_environment_and_a_bad_setting_is_one_line():
+    """component_go_env as written in YAML (GOGC: 400 and GOGC: off are a number and a boolean there) becomes
+    kwokctl componentsPatches extraEnvs and one line of the report's environment; a component, variable or
+    value Go would not take is refused naming it."""
+    from clusterproof.cluster.kwok import describe_go_env, go_env_patches
+    p = prof.load_profile("smoke", ["component_go_env={kube-apiserver: {GOGC: 400, GOMEMLIMIT: 6GiB}, "
+                                    "etcd: {GOGC: off}}"])
+    assert p.component_go_env == {"kube-apiserver": {"GOGC": "400", "GOMEMLIMIT": "6GiB"}, "etcd": {"GOGC": "off"}}
+    assert go_env_patches(p.component_go_env) == [
+        {"name": "etcd", "extraEnvs": [{"name": "GOGC", "value": "off"}]},
+        {"name": "kube-apiserver", "extraEnvs": [{"name": "GOGC", "value": "400"},
+                                                 {"name": "GOMEMLIMIT", "value": "6GiB"}]}]
+    assert describe_go_env(p.component_go_env) == "etcd GOGC=off; kube-apiserver GOGC=400 GOMEMLIMIT=6GiB"
+    assert describe_go_env({}) == "Go's defaults (GOGC=100, no GOMEMLIMIT)" and go_env_patches({}) == []
+    for bad, said in [("{kube-apisrv: {GOGC: 400}}", "got 'kube-apisrv'"),
+                      ("{etcd: {GOGC: 10MiB}}", "GOGC '10MiB' is a percentage"),
+                      ("{etcd: {GOMAXPROCS: 1}}", "got 'GOMAXPROCS'"),
+                      ("{etcd: {GOMEMLIMIT: off}}", "GOMEMLIMIT 'off' is a size")]:
+        with pytest.raises(HarnessError, match=said):
+            prof.load_profile("smoke", [f"component_go_env={bad}"])

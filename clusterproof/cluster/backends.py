@@ -32,7 +32,14 @@ import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, identities, realnodes
-from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster, component_http, embedded_here, sweep_clusters
+from clusterproof.cluster.kwok import (
+    NAME_PREFIX,
+    KwokCluster,
+    component_http,
+    describe_go_env,
+    embedded_here,
+    sweep_clusters,
+)
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
 from clusterproof.core import measurement
@@ -160,6 +167,7 @@ class Cluster:
                         "kubernetes.toolchain": self.kwok.kubernetes_version,
                         "feature.gates.unknown.to.this.version": ", ".join(self.kwok.dropped_feature_gates) or "none",
                         "heartbeat.factor": f"{self.kwok.heartbeat_factor:g}",
+                        "go.runtime": describe_go_env(self.kwok.go_env),
                         "node.lease.duration.s":
                             f"{self.kwok.node_lease_duration_s * self.kwok.heartbeat_factor:g}"})
         return env
@@ -183,6 +191,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                      feature_gates=profile.kube_feature_gates,
                      runtime_config=profile.kube_runtime_config,
                      component_identities=profile.component_identities,
+                     go_env={k: dict(v) for k, v in profile.component_go_env.items()},
                      extra_args=(f"kube-controller-manager=kube-api-qps={profile.kcm_api_qps}",
                                  f"kube-controller-manager=kube-api-burst={profile.kcm_api_burst}",
                                  *kcm_endpoint_args(profile)))

@@ -3,12 +3,21 @@ embedded control plane, real nodes, the API SLOs, and the harness's own liveness
 Defaults and the reasons for them: ``clusterproof/config/profiles/base.yaml``."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from clusterproof.cluster.node_plan import node_plan, node_pod_cidrs
 from clusterproof.core.keygroup import Fraction, KeyGroup, LabelValues, Pos, PosFloat, QualifiedName
+
+# The embedded cluster's Go components and the Go runtime settings a profile may give each
+# (component_go_env): GOGC (a percentage, or off) and GOMEMLIMIT (bytes, with an optional IEC unit).
+GoComponent = Literal["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
+                      "coscheduling-scheduler", "podgroup-controller"]
+# YAML reads GOGC: 400 as a number and GOGC: off as false: both are taken as the text written
+GoSetting = Annotated[str, BeforeValidator(lambda v: "off" if v is False else str(v) if type(v) is int else v),
+                      StringConstraints(pattern=r"^(off|[0-9]+(B|KiB|MiB|GiB|TiB)?)$")]
+GoEnv = dict[GoComponent, dict[Literal["GOGC", "GOMEMLIMIT"], GoSetting]]
 
 
 class ClusterKeys(KeyGroup):
@@ -43,6 +52,7 @@ class ClusterKeys(KeyGroup):
     kube_feature_gates: str
     kube_runtime_config: str
     component_identities: bool
+    component_go_env: GoEnv
     real_nodes: Annotated[int, Field(ge=0, le=8)]
     real_node_nvml: bool
     real_node_identity: bool
@@ -67,6 +77,12 @@ class ClusterKeys(KeyGroup):
                              "raise nodes or team_fraction, or drop teams")
         if p.team_taint_key == p.preflight_taint_key:
             raise ValueError(f"team_taint_key and preflight_taint_key are both {p.team_taint_key!r}; they must differ")
+        for name, env in p.component_go_env.items():
+            gogc, limit = env.get("GOGC"), env.get("GOMEMLIMIT")
+            if gogc is not None and not (gogc == "off" or gogc.isdigit()):
+                raise ValueError(f"component_go_env {name}: GOGC {gogc!r} is a percentage (e.g. 200) or off")
+            if limit == "off" or (limit is not None and limit.isdigit() and int(limit) == 0):
+                raise ValueError(f"component_go_env {name}: GOMEMLIMIT {limit!r} is a size (e.g. 4GiB)")
         if p.node_pod_cidr:
             node_pod_cidrs(p.node_pod_cidr, p.nodes)   # raises ValueError with the reason
 

@@ -157,6 +157,9 @@ class KwokCluster:
     # Each component its own client certificate (clusterproof.cluster.identities), classified by APF as on a
     # real cluster; False: kwokctl's one admin certificate for all (every component APF-exempt).
     component_identities: bool = True
+    # Each Go component's runtime settings (profile key component_go_env): {component: {GOGC|GOMEMLIMIT: value}},
+    # put in its environment by kwokctl. {}: Go's defaults.
+    go_env: dict[str, dict[str, str]] = field(default_factory=dict)
     # Real nodes (clusterproof.cluster.realnodes) join this cluster: kwok is told to manage only the nodes the harness
     # created as kwok nodes, and kube-apiserver gets a kubelet client certificate (logs, exec).
     real_nodes: list = field(default_factory=list)            # clusterproof.cluster.realnode_config.RealNode, planned
@@ -217,6 +220,7 @@ class KwokCluster:
             self.components = [*self.components, *realnodes.components(
                 self.directory, server, self.real_nodes, self.real_node_sandbox_image, self.real_node_nvml,
                 self.real_node_identity, self.kubernetes_version)]
+        patches += go_env_patches(self.go_env)
         if scheduler_config:
             args += ["--kube-scheduler-config", str(scheduler_config)]
         args += ["--kube-audit-policy", str(self._write_audit_policy())]
@@ -387,6 +391,18 @@ class KwokCluster:
 
 # kwokctl starts kube-apiserver with --allow-privileged=true. The embedded cluster's real nodes run on this
 # machine, so a privileged pod there would be root on it; no pod of the harness needs privilege (kube.pod_spec).
+def go_env_patches(go_env: dict[str, dict[str, str]]) -> list[dict]:
+    """kwokctl componentsPatches putting each component's Go runtime settings in its environment (pure)."""
+    return [{"name": name, "extraEnvs": [{"name": k, "value": v} for k, v in sorted(env.items())]}
+            for name, env in sorted(go_env.items()) if env]
+
+
+def describe_go_env(go_env: dict[str, dict[str, str]]) -> str:
+    """The settings in one line, for the report's environment (pure)."""
+    return "; ".join(f"{name} {' '.join(f'{k}={v}' for k, v in sorted(env.items()))}"
+                     for name, env in sorted(go_env.items()) if env) or "Go's defaults (GOGC=100, no GOMEMLIMIT)"
+
+
 NO_PRIVILEGED_PODS = {"name": "kube-apiserver", "extraArgs": [
     {"key": "allow-privileged", "value": "false", "override": True}]}
 
