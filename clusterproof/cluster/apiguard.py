@@ -63,6 +63,7 @@ SETTLE_S = 20.0
 
 def server_errors(before: str, after: str) -> dict[Key, float]:
     """5xx answers between two scrapes, by verb/group/resource/subresource/code (pure)."""
+    after, before = (apimetrics.only(t, (apf.REQUESTS,)) for t in (after, before))
     d = apf.delta(apf.counters(after, apf.REQUESTS, BY), apf.counters(before, apf.REQUESTS, BY))
     return {k: v for k, v in d.items() if k[-1].startswith("5") and (k[0], k[2], k[3], k[-1]) not in NOT_ERRORS}
 
@@ -70,6 +71,7 @@ def server_errors(before: str, after: str) -> dict[Key, float]:
 def rejections(before: str, after: str) -> dict[tuple[str, str], float]:
     """429s (APF rejections) between two scrapes, by flow schema and priority level (pure)."""
     out: dict[tuple[str, str], float] = {}
+    after, before = (apimetrics.only(t, (apf.REJECTED,)) for t in (after, before))
     for (fs, pl, _reason), v in apf.delta(apf.rejected(after), apf.rejected(before)).items():
         out[(fs, pl)] = out.get((fs, pl), 0.0) + v
     return out
@@ -79,7 +81,7 @@ def storage_latency(before: str, after: str) -> str:
     """etcd as kube-apiserver saw it between two scrapes, in one clause (pure): the operations with requests
     slower than ``SLOW_ETCD_S``, the most first, each with its count and p99 (at most three); or that every
     one was faster. '' if the scrapes hold no etcd latency."""
-    d = apimetrics.delta(_etcd(after), _etcd(before))
+    d = apimetrics.delta(*(_etcd(apimetrics.only(t, (ETCD,))) for t in (after, before)))
     if not d:
         return ""
     slow = []

@@ -46,7 +46,12 @@ def scrape(api: client.ApiClient, prefixes: tuple[str, ...] = (DURATION,), fresh
     load balancer the next scrape may reach another replica.
     """
     headers = {"Accept": "text/plain", **({"Connection": "close"} if fresh else {})}
-    text = raw_request(api, "GET", "/metrics", headers=headers).data.decode()
+    return only(raw_request(api, "GET", "/metrics", headers=headers).data.decode(), prefixes)
+
+
+def only(text: str, prefixes: tuple[str, ...]) -> str:
+    """A scrape's text reduced to the families named by ``prefixes`` (plus the replica's start time): the
+    parser's cost grows with every line, and a family read beside others need not be parsed with them."""
     keep = (*prefixes, START_TIME)
     lines = [ln for ln in text.splitlines()
              if ln.startswith(keep) or (ln.startswith("#") and any(p in ln for p in keep))]
