@@ -41,6 +41,7 @@ import psutil
 
 from clusterproof import CHECKOUT
 from clusterproof.cluster import backends
+from clusterproof.cluster.kwok import describe_go_env
 from clusterproof.config.profile import Profile, load_profile
 from clusterproof.core import exitcodes, outputs, progress, redact
 from clusterproof.core.errors import ArgumentParser, HarnessError
@@ -143,6 +144,8 @@ def header(argv: list[str], c: backends.Cluster | None, profile: Profile, module
     if c is not None:
         out["cluster"] = {"backend": c.backend, "nodes": profile.nodes, "server": c.server_version,
                           "simulated": c.simulated}
+        if c.kwok is not None:   # the embedded components' Go runtime (profile key component_go_env)
+            out["cluster"]["go_runtime"] = describe_go_env(c.kwok.go_env)
     return out
 
 

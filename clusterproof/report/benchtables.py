@@ -115,6 +115,11 @@ def _version(d: dict, name: str) -> str | None:
     return (own.get("release") if isinstance(own, dict) else None) or (d.get("versions") or {}).get(name)
 
 
+# A file of the embedded cluster that does not record its Go runtime was measured before the profile key
+# component_go_env existed (2026-11-28), when every component ran with Go's defaults.
+GO_DEFAULTS_BEFORE = "Go's defaults (measured before component_go_env existed)"
+
+
 def source(path: Path, d: dict, versions: tuple[str, ...] = ()) -> str:
     """Where a table's figures come from, as one line below it (``d``: the file's context)."""
     m = d.get("machine") or {}
@@ -129,6 +134,9 @@ def source(path: Path, d: dict, versions: tuple[str, ...] = ()) -> str:
                + f" (this older file does not record the command line; the bench is "
                  f"`python -m clusterproof.bench.{bench}`)")
     machine = f"{m['cpus']} CPUs" if m.get("cpus") else "machine not recorded"
+    cluster = d.get("cluster") or {}
+    if cluster.get("backend") == "kwok":   # the embedded components' Go runtime (profile key component_go_env)
+        how += f"; Go runtime: {cluster.get('go_runtime') or GO_DEFAULTS_BEFORE}"
     load = _load(d)
     if load is not None:
         machine += f", load average {load} at the end"
