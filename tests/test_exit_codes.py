@@ -272,22 +272,25 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 SLO_SUITES = ["suites/test_api_overload.py", "suites/test_burst_pod_creation.py", "suites/test_cluster_scale.py"]
 BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in SLO_SUITES], "--cp-profile", "smoke"]
 HOST_STATE = "tests/test_host_state.py"
-SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", "--cp-profile", "smoke", "-n", "4", "--dist", "loadfile",
-        "--no-loadscope-reorder"]
+GUEST = "tests/test_permissions.py"
+SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", "--cp-profile", "smoke", "-n", "4",
+        "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 @pytest.mark.parametrize("failing,code,steps", [
-    (None, 0, 6),
+    (None, 0, 7),
     ("clusterproof.prometheus.history", 8, 1),
     ("pytest tests --ignore", 4, 3),
     ("pytest suites --ignore", 1, 3),
     (f"pytest {HOST_STATE}", 1, 4),
-    ("pytest suites/test_api_overload.py", 1, 5),
-    ("test_cluster_scale.py --cp-profile nightly", 7, 6),
+    (f"pytest {GUEST}", 1, 5),
+    ("pytest suites/test_api_overload.py", 1, 6),
+    ("test_cluster_scale.py --cp-profile nightly", 7, 7),
 ])
 def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code, steps):
     """The history; the suites without a latency SLO beside the self-tests (started together: either may
-    log first); the host-state self-test alone (it compares the machine's global state); the suites with a
+    log first); the host-state self-test alone (it compares the machine's global state); the guest runs alone
+    (they run every suite, whose time-bound checks would judge the workers' load); the suites with a
     latency SLO alone on smoke; the 7,500-node bring-up check."""
     repo = _fake_repo(tmp_path, {failing: code} if failing else {})
     bin_dir = _stub_make(tmp_path)
@@ -302,6 +305,7 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
     assert calls == [
         ["-m", "clusterproof.prometheus.history", "--cp-profile", "smoke"], *sorted([BESIDE, SELF]),
         ["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
+        ["-m", "pytest", GUEST, "--cp-profile", "smoke"],
         ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
     if steps > 1:
