@@ -127,8 +127,7 @@ class Health:
     reasons: list[str]
     rejected: dict[tuple[str, str], float]
     note: str = ""
-
-    storage: str = ""
+    storage: str = ""     # etcd's latency as kube-apiserver saw it, when there were errors (storage_latency)
 
     def error_line(self) -> str:
         line = "; ".join(f"{describe(k)} x{int(v)}" for k, v in sorted(self.errors.items(), key=lambda kv: -kv[1]))
