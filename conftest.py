@@ -49,13 +49,13 @@ class InstalledModule(pytest.Module):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collect_directory(path: Path, parent: pytest.Collector):
     """``suites/`` as a plain directory, not a Package: pytest would import its ``__init__.py`` as ``suites``."""
-    if suites_dir() is not None and path.resolve() == suites_dir():
+    if path.resolve() == suites_dir():   # never, when the package is not installed (None)
         return pytest.Dir.from_parent(parent, path=path)
     return None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):
-    if suites_dir() is not None and module_path.resolve().parent == suites_dir() and module_path.name != "__init__.py":
+    if module_path.resolve().parent == suites_dir() and module_path.name != "__init__.py":
         return InstalledModule.from_parent(parent, path=module_path)
     return None

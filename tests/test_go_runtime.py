@@ -16,21 +16,21 @@ from clusterproof.cluster.kwok import describe_go_env
 pytestmark = pytest.mark.selftest
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _go_runtime(pid: int) -> dict[str, str]:
+    """GOGC and GOMEMLIMIT in a process's environment (those it has)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(e.decode(errors="replace").split("=", 1) for e in raw if b"=" in e)
+    env = dict(e.decode(errors="replace").split("=", 1) for e in raw if b"=" in e)
+    return {k: v for k, v in env.items() if k in ("GOGC", "GOMEMLIMIT")}
 
 
 def test_every_component_runs_with_its_profiles_gogc_and_gomemlimit_and_the_report_says_so(cluster, profile):
     pids = cluster.kwok.pids()
     want = {name: dict(env) for name, env in profile.component_go_env.items()}
     assert want, "the profile sets no component's Go runtime: nothing to check (the shipped profiles set five)"
-    have = {name: {k: v for k, v in _environ(pids[name]).items() if k in ("GOGC", "GOMEMLIMIT")}
-            for name in want if name in pids}
+    have = {name: _go_runtime(pids[name]) for name in want if name in pids}
     assert set(have) == set(want), f"components not running: {sorted(set(want) - set(have))} (running: {sorted(pids)})"
     assert have == want, f"the components' environments differ from the profile's component_go_env: {have} != {want}"
     # components the profile leaves alone get Go's defaults, not another's settings
-    others = {n: {k: v for k, v in _environ(p).items() if k in ("GOGC", "GOMEMLIMIT")}
-              for n, p in pids.items() if n not in want and Path(f"/proc/{p}").exists()}
+    others = {n: _go_runtime(p) for n, p in pids.items() if n not in want and Path(f"/proc/{p}").exists()}
     assert not any(others.values()), f"components without settings got some: {others}"
     assert cluster.describe().get("go.runtime") == describe_go_env(want)

@@ -389,8 +389,6 @@ class KwokCluster:
         return out
 
 
-# kwokctl starts kube-apiserver with --allow-privileged=true. The embedded cluster's real nodes run on this
-# machine, so a privileged pod there would be root on it; no pod of the harness needs privilege (kube.pod_spec).
 def go_env_patches(go_env: dict[str, dict[str, str]]) -> list[dict]:
     """kwokctl componentsPatches putting each component's Go runtime settings in its environment (pure)."""
     return [{"name": name, "extraEnvs": [{"name": k, "value": v} for k, v in sorted(env.items())]}
@@ -403,6 +401,8 @@ def describe_go_env(go_env: dict[str, dict[str, str]]) -> str:
                      for name, env in sorted(go_env.items()) if env) or "Go's defaults (GOGC=100, no GOMEMLIMIT)"
 
 
+# kwokctl starts kube-apiserver with --allow-privileged=true. The embedded cluster's real nodes run on this
+# machine, so a privileged pod there would be root on it; no pod of the harness needs privilege (kube.pod_spec).
 NO_PRIVILEGED_PODS = {"name": "kube-apiserver", "extraArgs": [
     {"key": "allow-privileged", "value": "false", "override": True}]}
 
