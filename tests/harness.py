@@ -145,6 +145,14 @@ INTERRUPT_EXCUSE = ("a harness run interrupted (Ctrl-C) on purpose by this self-
                     "kubernetes/kubernetes#139256)")
 
 
+# The run Lease of a background run this self-test kills or stops on purpose: short, so that the next run's
+# sweeper may take its objects soon after; not so short that the run loses liveness on its own first. At 10 s
+# (a 1.25 s request bound, 5 s of failing allowed) a renewal slowed by a loaded CI machine stopped such a run
+# before the kill (etcd p99 0.98 s, one GET of the Lease answered 500): the test then read "the run ended
+# early". 20 s allows a 2.5 s request and 10 s of failing.
+KILLED_RUN_LEASE = "run_lease_duration_s=20"
+
+
 def kill_run(proc: subprocess.Popen, api_guard, new_session: bool = False, gone=None) -> None:
     """SIGKILL a background run (its process group with ``new_session``) and wait for it -- and for ``gone()``
     (e.g. its children that die with it) -- inside the guard's excuse for exactly that."""

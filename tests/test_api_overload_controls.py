@@ -44,6 +44,7 @@ from clusterproof.kube.client import get_if_present
 from clusterproof.kube.flowcontrol import FLOW_SCHEMAS, PRIORITY_LEVELS
 from clusterproof.kube.liveness import LIVENESS_EXIT, RunLease, wait_expired
 from tests.harness import (
+    KILLED_RUN_LEASE,
     allure_figures,
     allure_results,
     background_pytest,
@@ -275,7 +276,7 @@ def test_killed_flood_run_is_swept_by_the_next_run(cluster, profile, api_guard, 
     """SIGKILL mid-flood (no teardown runs): the run's FlowSchema, level and namespaces stay until its
     Lease expires; the next run's sweeper removes them."""
     dead = f"apfctl-{os.urandom(2).hex()}"
-    with _start(cluster, profile, dead, tmp_path / "dead", "apf_flood_s=120", "run_lease_duration_s=10") as proc:
+    with _start(cluster, profile, dead, tmp_path / "dead", "apf_flood_s=120", KILLED_RUN_LEASE) as proc:
         _wait_flooding(cluster, proc, dead)
         kill_run(proc, api_guard, new_session=True)   # pytest and its locust: nothing can clean up
     assert _flow_exists(cluster, dead), "SIGKILL should have left the FlowSchema behind"
@@ -327,7 +328,7 @@ def test_a_run_stopped_past_its_lease_leaves_the_flow_of_the_run_that_took_its_t
     api, lease, flow = cluster.api, None, None
     turn = Claims(api, HOME, live, TURN)
     try:
-        with _start(cluster, profile, stale, tmp_path, "apf_flood_s=60", "run_lease_duration_s=10") as proc:
+        with _start(cluster, profile, stale, tmp_path, "apf_flood_s=60", KILLED_RUN_LEASE) as proc:
             _wait_flooding(cluster, proc, stale)
             with api_guard.excuse(STOP_EXCUSE):
                 os.killpg(proc.pid, signal.SIGSTOP)

@@ -44,8 +44,10 @@ class SchedulerProcess:
     """Stop and restart the embedded cluster's kube-scheduler with the same command line.
 
     kwokctl has no per-component restart, so this kills the process recorded
-    in the cluster's pid file and starts the recorded argv again (optionally
-    with another --config), logging to the same file and updating the pid file.
+    in the cluster's pid file and starts the recorded argv again, in the
+    recorded environment (kwokctl's componentsPatches put GOGC and GOMEMLIMIT
+    there: profile key component_go_env), optionally with another --config,
+    logging to the same file and updating the pid file.
     """
 
     def __init__(self, kwok):
@@ -54,6 +56,8 @@ class SchedulerProcess:
         self.directory = kwok.directory
         self.child: subprocess.Popen | None = None
         self.argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        self.env = dict(v.split("=", 1) for v in
+                        Path(f"/proc/{self.pid}/environ").read_bytes().decode().split("\0") if "=" in v)
 
     @property
     def pid(self) -> int:
@@ -72,7 +76,7 @@ class SchedulerProcess:
             argv = [f"--config={config}" if a.startswith("--config=") else a for a in argv]
         with open(self.log, "ab") as log:
             self.child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
-                                    start_new_session=True)
+                                          env=self.env, start_new_session=True)
         self.pid_file.write_text(str(self.child.pid))
 
     def throttled_config(self, qps: float, burst: int) -> Path:

@@ -36,6 +36,7 @@ from clusterproof.kube.client import list_raw
 from clusterproof.kube.liveness import wait_expired
 from clusterproof.preflight.contract import Marks
 from tests.harness import (
+    KILLED_RUN_LEASE,
     allure_figures,
     allure_results,
     assert_one_line,
@@ -216,7 +217,7 @@ def test_next_run_sweeps_what_a_killed_run_left(cluster, profile, run_id, api_gu
     """SIGKILL: nothing can clean up. The agent dies with the harness; the next run's sweeper removes
     the scratch nodes and the Events once the killed run's Lease has expired."""
     rid = f"pfdead-{os.urandom(2).hex()}"
-    with _start(cluster, profile, tmp_path, rid, "run_lease_duration_s=10", select="in_service") as proc:
+    with _start(cluster, profile, tmp_path, rid, KILLED_RUN_LEASE, select="in_service") as proc:
         _wait_cordoned(cluster, proc, rid)
         kill_run(proc, api_guard, gone=lambda: not [
             p.pid for p in psutil.process_iter(["cmdline"])

@@ -40,7 +40,7 @@ from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.node_taints import add_taint, records, remove_taint
 from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
-from tests.harness import ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
+from tests.harness import KILLED_RUN_LEASE, ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
 pytestmark = pytest.mark.selftest
 SCALE = "suites/test_cluster_scale.py"
@@ -222,7 +222,7 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
     threading.Thread(target=watch, args=(list_raw(api, path, sel)["metadata"]["resourceVersion"],),
                      daemon=True).start()
     with background_pytest(_existing(cluster, "suites/test_taint_isolation.py", rid, "-k", "team_pod_gets_exactly",
-                                     f"--cp-set=team_namespaces={teams}", "--cp-set=run_lease_duration_s=10"),
+                                     f"--cp-set=team_namespaces={teams}", f"--cp-set={KILLED_RUN_LEASE}"),
                            tmp_path, new_session=True) as proc:
         def pods_there():
             ended_early(proc)

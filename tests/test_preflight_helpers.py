@@ -249,3 +249,30 @@ def test_default_and_smoke_preflight_profiles_are_consistent():
     for name in ("smoke", "nightly"):
         p = load_profile(name)
         assert p.preflight_inservice_faults > p.preflight_max_unavailable
+
+
+def test_a_set_up_interrupted_midway_tears_down_and_attaches_the_agents_status(monkeypatch, tmp_path):
+    """A run stopped during its set-up (Ctrl-C, a lost run Lease) undoes what it made: the agent is stopped
+    and its status and log go to the report, as at the end of a module (a CI run once met a TypeError
+    here instead: the interrupted path called the teardown without the report's attach)."""
+    import types
+
+    from clusterproof.preflight import run as preflight_run
+
+    log = tmp_path / "agent.log"
+    log.write_text("agent started\n")
+    agent = types.SimpleNamespace(stopped=False, log=log, status=lambda: {"requests": 3})
+    agent.stop = lambda: setattr(agent, "stopped", True)
+
+    def interrupted(api, cluster, run, *_):
+        run.agent = agent
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(preflight_run, "setup_simulated", interrupted)
+    monkeypatch.setattr(preflight_run, "list_raw", lambda *a, **k: {"items": []})   # the run's Events: none
+    attached = []
+    cluster = types.SimpleNamespace(api=None, owned=True)
+    with pytest.raises(KeyboardInterrupt):
+        preflight_run.set_up(cluster, load_profile("smoke"), "run-1", print, None, attached.append)
+    assert agent.stopped
+    assert [a.name for a in attached] == ["preflight agent: status", "preflight agent: log"]

@@ -328,9 +328,10 @@ def environment_note(cluster, profile) -> str:
             f"({profile.preflight_image or 'no preflight_image'}) only with --cp-allow-destructive")
 
 
-def set_up(cluster, profile, run_id: str, say, backends) -> PreflightRun:
+def set_up(cluster, profile, run_id: str, say, backends, attach: Attach) -> PreflightRun:
     """The module's preflight run (see the module docstring). A mistake is kept as one line (``error``)
-    that every check fails with; interrupted, it undoes what it made."""
+    that every check fails with; interrupted, it undoes what it made (the agent's status and log to
+    ``attach``, as ``teardown``)."""
     api = cluster.api
     run = PreflightRun(Marks.from_profile(profile), cluster.owned)
     try:
@@ -344,7 +345,7 @@ def set_up(cluster, profile, run_id: str, say, backends) -> PreflightRun:
     except HarnessError as e:
         run.error = str(e)
     except BaseException:
-        teardown(api, run, run_id)
+        teardown(api, run, run_id, attach)
         raise
     return run
 
