@@ -29,12 +29,20 @@ def test_an_undeclared_5xx_fails_its_module_and_a_declared_one_does_not(tmp_path
     assert name == "test_a_write_times_out_in_the_apiserver", run.output[-3000:]
     assert "the API servers answered 5xx during this module: POST configmaps -> 504 x1" in msg, msg
     assert "test_a_declared_write_timeout" in run.passed, run.output[-3000:]
-    reports = []
+    reports, work = [], []
     for f in (tmp_path / "allure").glob("*-container.json"):
         for fx in json.loads(f.read_text()).get("afters", []):
             for a in fx.get("attachments", []):
                 if a["name"].startswith("API health during this module"):
                     reports.append((tmp_path / "allure" / a["source"]).read_text())
+                if a["name"].startswith("API work during this module"):
+                    work.append((tmp_path / "allure" / a["source"]).read_text())
+    # What each module cost, by both instruments: the harness's client saw its configmap writes, and
+    # kube-apiserver served them (clusterproof.cluster.apiwork); the run ends with the table of both modules.
+    assert len(work) == 2 and all("create configmaps" in w and "served by kube-apiserver (every client): "
+                                  in w and "kube-apiserver " in w for w in work), work
+    table = run.output[run.output.index("API work per suite"):].splitlines()
+    assert [ln.split()[0] for ln in table[2:4]] == ["api_5xx", "api_5xx_excused"], table[:5]
     assert any("5xx excused (etcd stopped on purpose (self-test)): POST configmaps -> 504 x1" in r
                for r in reports), reports
     assert all(r.startswith("429s per flow schema: ") for r in reports) and len(reports) == 2, reports

@@ -59,3 +59,56 @@ def test_a_bring_up_whose_controller_manager_never_starts_says_why_and_keeps_the
     kept = kc.keep_logs(tmp_path / "run" / "cluster-logs")
     assert kept == tmp_path / "run" / "cluster-logs" / kc.name
     assert sorted(p.name for p in kept.iterdir()) == ["kube-apiserver.log", "kube-controller-manager.log"]
+
+
+KWOK_GAVE_UP = ('{"level":"ERROR","msg":"Failed to list nodes","err":"nodes is forbidden: User '
+                '\\"kwok:simulated-kubelets\\" cannot list resource \\"nodes\\""}\n'
+                '{"level":"ERROR","msg":"Failed to start","err":"timed out waiting for the condition"}\n')
+KWOK_WATCHING = '{"level":"INFO","msg":"Watch all nodes"}\n'
+
+
+def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_again(tmp_path, monkeypatch):
+    """kwok v0.8.0 waits about 15 s for a node list, then exits, and kwokctl leaves it down: on a loaded
+    machine a bring-up then created its nodes for no one and waited out its timeout with 0 Ready. The
+    bring-up starts it again (saying so, with its last words) and goes on once it watches nodes."""
+    from clusterproof.cluster import backends
+    from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+
+    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
+    kc = KwokCluster(f"{NAME_PREFIX}fake-kwok", 1, 40)
+    log = kc.directory / "logs" / "kwok-controller.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(KWOK_GAVE_UP)
+    started = []
+
+    def start_stopped(keep=frozenset()):
+        started.append(keep)
+        with log.open("a") as f:
+            f.write(KWOK_WATCHING)
+    monkeypatch.setattr(kc, "pids", lambda: {})
+    monkeypatch.setattr(kc, "start_stopped", start_stopped)
+    said = []
+    backends.wait_kwok_watching(kc, said.append, timeout=5)
+    assert len(started) == 1
+    assert said == ["kwok-controller exited before it could list nodes (it waits about 15 s for the API server and "
+                    "its RBAC; its last log line: " + KWOK_GAVE_UP.splitlines()[-1] + "); started again"], said
+
+
+def test_a_kwok_controller_that_keeps_exiting_ends_the_bring_up_naming_it(tmp_path, monkeypatch):
+    from clusterproof.cluster import backends
+    from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
+    from clusterproof.core.waiting import WaitTimeout
+
+    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
+    kc = KwokCluster(f"{NAME_PREFIX}fake-kwok2", 1, 40)
+    log = kc.directory / "logs" / "kwok-controller.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(KWOK_GAVE_UP)
+    started = []
+    monkeypatch.setattr(kc, "pids", lambda: {})
+    monkeypatch.setattr(kc, "start_stopped", lambda keep=frozenset(): started.append(1))
+    with pytest.raises(WaitTimeout) as e:
+        backends.wait_kwok_watching(kc, lambda m: None, timeout=1)
+    assert len(started) == backends.KWOK_RESTARTS
+    assert str(e.value).startswith("kwok-controller watching nodes: not reached within 1 s (2 restarts); "
+                                   "kwok-controller is not running, its last log line: "), str(e.value)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from clusterproof.cluster import apiwork
 from clusterproof.core.stats import histogram_quantile
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import apimetrics
@@ -54,7 +55,7 @@ NOT_ERRORS: dict[tuple[str, str, str, str], str] = {
 # whether storage was slow (a write waits for etcd's disk) or the API server itself (CPU, queues).
 ETCD = "etcd_request_duration_seconds"
 SLOW_ETCD_S = 1.0
-SCRAPED = (*apf.METRICS, ETCD)
+SCRAPED = (*apf.METRICS, ETCD, *apiwork.SCRAPED)   # apiwork: each module's requests and watch events
 
 # An excused window stays open until the 5xx count reads the same twice this far apart (at most SETTLE_S).
 SETTLE_EVERY_S = 2.0
@@ -128,6 +129,7 @@ class Health:
     rejected: dict[tuple[str, str], float]
     note: str = ""
     storage: str = ""     # etcd's latency as kube-apiserver saw it, when there were errors (storage_latency)
+    metrics: str = ""     # the scrape that ended the window (SCRAPED), for what else it tells (apiwork)
 
     def error_line(self) -> str:
         line = "; ".join(f"{describe(k)} x{int(v)}" for k, v in sorted(self.errors.items(), key=lambda kv: -kv[1]))
@@ -222,4 +224,4 @@ class ApiGuard:
         errors = server_errors(mark.text, after)
         note = (f"figures of one of {self.replicas} apiserver replicas" if self.replicas > 1 else "")
         return Health(subtract(errors, excused), {k: v for k, v in excused.items() if errors.get(k)}, reasons,
-                      rejections(mark.text, after), note, storage_latency(mark.text, after) if errors else "")
+                      rejections(mark.text, after), note, storage_latency(mark.text, after) if errors else "", after)

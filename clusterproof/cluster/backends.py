@@ -231,6 +231,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         access.provision(api)      # as an SRE would: home, pool and roles, for runs pointed at this cluster
         lease = run_lease(api, run_id, access.HOME, profile, on_lease_lost).acquire()
         wait_controllers_started(api, kc)
+        wait_kwok_watching(kc, progress)
         if coscheduling_components:
             coscheduling.apply_crds(api, run_id)
             wait_healthy(coscheduling.health_urls(ports), kc)
@@ -334,6 +335,40 @@ def wait_controllers_started(api: client.ApiClient, kc: KwokCluster, timeout: fl
     except WaitTimeout:
         raise WaitTimeout(f"{what}: not reached within {timeout:g} s; "
                           f"{kc.component_state('kube-controller-manager')}") from None
+
+
+KWOK = "kwok-controller"
+KWOK_WATCHING = '"msg":"Watch '        # kwok v0.8.0 logs "Watch nodes" (or "Watch all nodes") once it got a node list
+KWOK_RESTARTS = 2
+
+
+def wait_kwok_watching(kc: KwokCluster, progress: Callable[[str], None], timeout: float = 120) -> None:
+    """kwok-controller is past its start-up wait, or started again if it gave up.
+
+    Why: kwok v0.8.0 waits for the API server with five node lists 1-8 s apart (about 15 s;
+    pkg/kwok/cmd/root.go, waitForReady), counting a refused connection and a forbidden list (its
+    identity's RBAC is granted only once the API server answers, identities.grant_simulated_kubelets)
+    alike, then exits -- and kwokctl does not start it again. On a loaded machine the API server can
+    take longer than that: the nodes were then created for no one, and the bring-up waited out its
+    whole timeout with 0 Ready (seen in a CI run with four clusters starting beside each other).
+    """
+    restarts: list[str] = []
+
+    def watching() -> bool:
+        log = kc.directory / "logs" / f"{KWOK}.log"
+        if log.exists() and KWOK_WATCHING in log.read_text(errors="replace"):
+            return True
+        if KWOK not in kc.pids() and len(restarts) < KWOK_RESTARTS:
+            restarts.append(kc.last_words(KWOK))
+            kc.start_stopped()
+            progress(f"{KWOK} exited before it could list nodes (it waits about 15 s for the API server and "
+                     f"its RBAC; its last log line: {restarts[-1][:300]}); started again")
+        return False
+    try:
+        wait_for(watching, timeout=timeout, interval=0.5, what=f"{KWOK} watching nodes")
+    except WaitTimeout:
+        raise WaitTimeout(f"{KWOK} watching nodes: not reached within {timeout:g} s "
+                          f"({len(restarts)} restarts); {kc.component_state(KWOK)}") from None
 
 
 @dataclass(frozen=True)

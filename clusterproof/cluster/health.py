@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.cluster import apiwork
 from clusterproof.cluster.apiguard import ApiGuard
-from clusterproof.cluster.kwok import KwokCluster, kwokctl
+from clusterproof.cluster.kwok import KwokCluster
 from clusterproof.cluster.lost_deletions import LostDeletions
 from clusterproof.core.attachment import Attach, Attachment
-from clusterproof.core.processes import clear_pid_files
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube.client import get_if_present, raw_request
 from clusterproof.kube.liveness import parse_time
@@ -135,14 +135,9 @@ class Supervisor:
     def _restart(self, dead: list[str]) -> None:
         found = [Restart(name, time.time(), self.kwok.last_words(name), False)
                  for name in dead]
-        # kwokctl start cluster skips a component whose pid file names any live pid (signal 0) --
-        # a zombie, or by now an unrelated process: every pid file that is not provably the
-        # cluster's own process goes first (a paused component's stays: it is down on purpose).
         with self._lock:
-            paused = set(self.paused)
-        clear_pid_files(self.kwok.directory, keep_owned=True, keep=paused)
-        proc = kwokctl("start", "cluster", "--name", self.kwok.name, timeout=180, check=False,
-                       kubernetes_version=self.kwok.kubernetes_version)
+            paused = set(self.paused)          # down on purpose: its pid file stays
+        proc = self.kwok.start_stopped(keep=paused)
         still = set(self.down())
         for r in found:
             r.restarted = r.component not in still
@@ -250,11 +245,13 @@ class ModuleGuard:
         self.mark = len(sup.restarts) if sup else 0
         self.pids, self.paused_mark = (self.cluster.kwok.pids(), len(sup.ever_paused)) if sup else ({}, 0)
         self.api_mark = self.guard.mark()
+        self.work_mark = apiwork.Snapshot.take(self.cluster.calls, self.api_mark.text, self.pids)
         return None
 
-    def end(self, run_id: str) -> str | None:
+    def end(self, run_id: str, suite: str = "") -> str | None:
         """After the module: what it broke (components that died, problems that outlast ``RECOVERY_S``,
-        namespaces not gone, 5xx answers); the findings are attached to the report."""
+        namespaces not gone, 5xx answers); the findings are attached to the report, and what the module
+        cost the control plane is ``self.work`` (``clusterproof.cluster.apiwork``)."""
         cluster, sup = self.cluster, self.sup
         if sup:
             sup.check()
@@ -269,6 +266,10 @@ class ModuleGuard:
         self.attach(Attachment("API health during this module (5xx, 429s per flow schema)",
                                api.report() if api else "the apiserver's counters could not be read twice from one "
                                                         "replica"))
+        self.work = apiwork.ModuleWork.between(suite, self.work_mark, apiwork.Snapshot.take(
+            cluster.calls, api.metrics if api else None, cluster.kwok.pids() if sup else {}))
+        self.attach(Attachment("API work during this module (requests, watch events, CPU seconds)",
+                               self.work.report()))
         restarted = sup.since(self.mark) if sup else []
         if sup:
             # A component whose process changed during the module died in it, even if it came back

@@ -246,6 +246,14 @@ class KwokCluster:
         """The last non-empty line of a component's log (its own words about why it stopped)."""
         return last_words(self.directory / "logs" / f"{name}.log")
 
+    def start_stopped(self, keep: set[str] = frozenset()) -> subprocess.CompletedProcess:
+        """``kwokctl start cluster``: starts exactly the components that are not running. It skips one whose
+        pid file names any live pid (signal 0) -- a zombie, or by now an unrelated process -- so every pid file
+        that is not provably the cluster's own process goes first (``keep``: components down on purpose)."""
+        clear_pid_files(self.directory, keep_owned=True, keep=keep)
+        return kwokctl("start", "cluster", "--name", self.name, timeout=180, check=False,
+                       kubernetes_version=self.kubernetes_version)
+
     def component_state(self, name: str) -> str:
         """A component as a failure message names it: running or not, and its last words."""
         pid = self.pids().get(name)

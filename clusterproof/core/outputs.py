@@ -72,6 +72,10 @@ class RunOutputs:
         return self.dir / "junit.xml"
 
     @property
+    def api_work(self) -> Path:
+        return self.dir / "api-work.json"
+
+    @property
     def comparison(self) -> Path:
         return self.dir / "comparison.json"
 

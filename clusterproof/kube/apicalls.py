@@ -57,6 +57,12 @@ class Call:
         return f"{self.verb} {what} " + (f"in namespace {self.namespace}" if self.namespace else "(cluster scope)")
 
 
+def resource_of(resource: str, subresource: str = "", group: str = "") -> str:
+    """'pods', 'pods/eviction', 'leases.coordination.k8s.io', '(non-resource)' (pure)."""
+    name = f"{resource}.{group}" if group and resource else resource or "(non-resource)"
+    return f"{name}/{subresource}" if subresource else name
+
+
 def classify(method: str, url: str) -> Call:
     """The RBAC attributes of one request (method + URL with or without scheme and host)."""
     split = urlsplit(url)
@@ -159,6 +165,14 @@ class CallRecorder:
     def used(self) -> set[Call]:
         with self._lock:
             return {c for c, _ in self.calls}
+
+    def by_verb_and_resource(self) -> Counter:
+        """Requests so far by (verb, resource[/subresource]), every status together."""
+        with self._lock:
+            out: Counter = Counter()
+            for (c, _status), n in self.calls.items():
+                out[(c.verb, resource_of(c.resource, c.subresource, c.group))] += n
+            return out
 
     def refused(self) -> dict[Call, int]:
         """Calls RBAC refused (403 Forbidden by the authorizer, not by admission), with how often."""

@@ -58,6 +58,7 @@ class ReportSession:
     titles: dict[str, str] = field(default_factory=dict)      # check id -> the check's sentence
     ids: dict[str, str] = field(default_factory=dict)         # node id -> check id (``check_id``), at collection
     timing: timing.Timing = field(default_factory=timing.Timing)
+    work: list[dict] = field(default_factory=list)            # each module's API work (clusterproof.cluster.apiwork)
     started: float = field(default_factory=time.time)
     baseline: dict | None = None                              # the loaded --cp-baseline
     summary_path: Path | None = None                          # written at the end of a suite run
