@@ -22,6 +22,7 @@ apiserver_request_total{code="200",group="",resource="pods",subresource="",verb=
 apiserver_request_total{code="201",group="",resource="pods",subresource="eviction",verb="POST"} 1
 apiserver_request_total{code="200",group="coordination.k8s.io",resource="leases",subresource="",verb="PUT"} %(leases)d
 apiserver_request_total{code="0",group="",resource="nodes",subresource="",verb="WATCH"} 4
+apiserver_request_total{code="200",group="",resource="",subresource="/readyz",verb="GET"} 7
 # TYPE apiserver_watch_events_total counter
 apiserver_watch_events_total{group="",resource="pods",version="v1"} %(events)d
 # TYPE apiserver_watch_events_sizes histogram
@@ -43,6 +44,7 @@ def test_the_servers_counts_are_read_as_the_clients_verbs_and_resources():
     assert got[("create", "pods/eviction")] == 1
     assert got[("update", "leases.coordination.k8s.io")] == 100
     assert got[("watch", "nodes")] == 4
+    assert got[("get", "(non-resource) /readyz")] == 7
     events, size = apiwork.watch_events(scrape())
     assert events == {"pods": 50} and size == {"pods": 50 * 4096}
 
@@ -55,6 +57,7 @@ def test_a_modules_work_is_what_grew_between_its_two_snapshots():
                  {"kube-apiserver": 70.5, "etcd": 12.0, "kwok-controller": 5.0, HARNESS: 4.5})
     w = ModuleWork.between("burst_pod_creation", a, b)
     assert w.harness == {"list pods": 4, "watch pods": 1, "create pods": 50}
+    # /readyz's count did not move: not in the module's work
     assert w.apiserver == {"create pods": 50, "list pods": 4, "update leases.coordination.k8s.io": 60}
     assert w.watch_events == {"pods": 200}
     # kwok-controller was not running at the start (restarted): its whole count is not the module's... nor

@@ -58,8 +58,11 @@ class Call:
 
 
 def resource_of(resource: str, subresource: str = "", group: str = "") -> str:
-    """'pods', 'pods/eviction', 'leases.coordination.k8s.io', '(non-resource)' (pure)."""
-    name = f"{resource}.{group}" if group and resource else resource or "(non-resource)"
+    """'pods', 'pods/eviction', 'leases.coordination.k8s.io', '(non-resource) /readyz' (pure; kube-apiserver
+    counts a non-resource request with its path as the subresource)."""
+    if not resource:
+        return f"(non-resource) {subresource}" if subresource else "(non-resource)"
+    name = f"{resource}.{group}" if group else resource
     return f"{name}/{subresource}" if subresource else name
 
 
