@@ -67,13 +67,10 @@ KWOK_GAVE_UP = ('{"level":"ERROR","msg":"Failed to list nodes","err":"nodes is f
 KWOK_WATCHING = '{"level":"INFO","msg":"Watch all nodes"}\n'
 
 
-def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_again(tmp_path, monkeypatch):
-    """kwok v0.8.0 waits about 15 s for a node list, then exits, and kwokctl leaves it down: on a loaded
-    machine a bring-up then created its nodes for no one and waited out its timeout with 0 Ready. The
-    bring-up starts it again (saying so, with its last words) and goes on once it watches nodes."""
-    from clusterproof.cluster import backends
+def _gave_up_kwok(tmp_path, monkeypatch, comes_back: bool):
+    """A cluster whose kwok-controller exited after its start-up wait (no process, those last words);
+    ``kc.start_stopped`` is counted, and with ``comes_back`` the started one logs that it watches nodes."""
     from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
-
     monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
     kc = KwokCluster(f"{NAME_PREFIX}fake-kwok", 1, 40)
     log = kc.directory / "logs" / "kwok-controller.log"
@@ -83,10 +80,21 @@ def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_ag
 
     def start_stopped(keep=frozenset()):
         started.append(keep)
-        with log.open("a") as f:
-            f.write(KWOK_WATCHING)
+        if comes_back:
+            with log.open("a") as f:
+                f.write(KWOK_WATCHING)
     monkeypatch.setattr(kc, "pids", lambda: {})
     monkeypatch.setattr(kc, "start_stopped", start_stopped)
+    return kc, started
+
+
+def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_again(tmp_path, monkeypatch):
+    """kwok v0.8.0 waits about 15 s for a node list, then exits, and kwokctl leaves it down: on a loaded
+    machine a bring-up then created its nodes for no one and waited out its timeout with 0 Ready. The
+    bring-up starts it again (saying so, with its last words) and goes on once it watches nodes."""
+    from clusterproof.cluster import backends
+
+    kc, started = _gave_up_kwok(tmp_path, monkeypatch, comes_back=True)
     said = []
     backends.wait_kwok_watching(kc, said.append, timeout=5)
     assert len(started) == 1
@@ -96,17 +104,9 @@ def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_ag
 
 def test_a_kwok_controller_that_keeps_exiting_ends_the_bring_up_naming_it(tmp_path, monkeypatch):
     from clusterproof.cluster import backends
-    from clusterproof.cluster.kwok import NAME_PREFIX, KwokCluster
     from clusterproof.core.waiting import WaitTimeout
 
-    monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
-    kc = KwokCluster(f"{NAME_PREFIX}fake-kwok2", 1, 40)
-    log = kc.directory / "logs" / "kwok-controller.log"
-    log.parent.mkdir(parents=True)
-    log.write_text(KWOK_GAVE_UP)
-    started = []
-    monkeypatch.setattr(kc, "pids", lambda: {})
-    monkeypatch.setattr(kc, "start_stopped", lambda keep=frozenset(): started.append(1))
+    kc, started = _gave_up_kwok(tmp_path, monkeypatch, comes_back=False)
     with pytest.raises(WaitTimeout) as e:
         backends.wait_kwok_watching(kc, lambda m: None, timeout=1)
     assert len(started) == backends.KWOK_RESTARTS
