@@ -60,8 +60,8 @@ def test_a_modules_work_is_what_grew_between_its_two_snapshots():
     # /readyz's count did not move: not in the module's work
     assert w.apiserver == {"create pods": 50, "list pods": 4, "update leases.coordination.k8s.io": 60}
     assert w.watch_events == {"pods": 200}
-    # kwok-controller was not running at the start (restarted): its whole count is not the module's... nor
-    # is it lost; a counter that went back (a restarted process) is left out, one that appeared is kept.
+    # kwok-controller was not running at the start: all of its count is the module's. (A counter that went
+    # back -- a process restarted during the module -- is left out.)
     assert w.cpu_s == {"kube-apiserver": 30.5, "etcd": 2.0, "kwok-controller": 5.0, HARNESS: 1.5}
     row = w.row()
     assert (row["seconds"], row["harness_requests"], row["harness_lists"], row["harness_watches"],
