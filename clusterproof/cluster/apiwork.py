@@ -32,9 +32,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusterproof.core.texttable import text_table
 from clusterproof.kube import apimetrics
+from clusterproof.kube import flowcontrol as apf
 from clusterproof.kube.apicalls import resource_of
 
-REQUESTS = "apiserver_request_total"
+REQUESTS = apf.REQUESTS                    # apiserver_request_total, the API guard's 5xx source too
 WATCH_EVENTS = "apiserver_watch_events_total"
 WATCH_SIZES = "apiserver_watch_events_sizes"
 SCRAPED = (REQUESTS, WATCH_EVENTS, WATCH_SIZES)
@@ -42,7 +43,7 @@ HARNESS = "harness"
 # The server's verb label as the Kubernetes verb the client's CallRecorder names.
 VERBS = {"POST": "create", "PUT": "update", "GET": "get", "LIST": "list", "WATCH": "watch", "PATCH": "patch",
          "APPLY": "patch", "DELETE": "delete", "DELETECOLLECTION": "deletecollection", "CONNECT": "connect"}
-READS, WRITES = ("get", "list", "watch"), ("create", "update", "patch", "delete", "deletecollection")
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
 TOP = 12    # the (verb, resource) pairs a module's attachment lists, the most first
 
 
