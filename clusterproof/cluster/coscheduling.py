@@ -16,9 +16,6 @@ started: ``gang_scheduler_name`` names the scheduler it runs.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -45,15 +42,8 @@ CRD_FILES = ("manifests/coscheduling/crd.yaml", "manifests/capacityscheduling/cr
 
 def scheduler_plugins_module_dir() -> Path:
     """Where the scheduler-plugins module lives in the Go module cache (downloaded if needed)."""
-    go = toolchain.go_binary()
-    mod = f"sigs.k8s.io/scheduler-plugins@{toolchain.SCHEDULER_PLUGINS_VERSION}"
-    with tempfile.TemporaryDirectory(prefix="cp-gomod-") as work:
-        proc = subprocess.run([go, "mod", "download", "-json", mod], cwd=work, env=toolchain.go_env(),
-                              capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise HarnessError(f"cannot download Go module {mod} for its PodGroup CRD "
-                           f"({(proc.stderr or proc.stdout).strip().splitlines()[-1:]}): check GOPROXY")
-    return Path(json.loads(proc.stdout)["Dir"])
+    return toolchain.module_dir("sigs.k8s.io/scheduler-plugins", toolchain.SCHEDULER_PLUGINS_VERSION,
+                                "its PodGroup CRD")
 
 
 def crd_manifests(run_id: str) -> list[dict]:

@@ -37,6 +37,10 @@ class ClusterKeys(KeyGroup):
     team_taint_key: QualifiedName
     preflight_fraction: Fraction
     preflight_taint_key: QualifiedName
+    topology_nodes_per_rack: Annotated[int, Field(ge=0)]
+    topology_racks_per_block: Pos
+    topology_rack_label: QualifiedName
+    topology_block_label: QualifiedName
     # embedded control plane
     kubernetes_version: Annotated[str, Field(pattern=r"^v1\.\d+\.\d+$")]
     heartbeat_factor: PosFloat
@@ -75,6 +79,8 @@ class ClusterKeys(KeyGroup):
         if empty:
             raise ValueError(f"{', '.join(empty)} would get no nodes with nodes={p.nodes}; "
                              "raise nodes or team_fraction, or drop teams")
+        if p.topology_nodes_per_rack and p.topology_rack_label == p.topology_block_label:
+            raise ValueError(f"topology_rack_label and topology_block_label are both {p.topology_rack_label!r}")
         if p.team_taint_key == p.preflight_taint_key:
             raise ValueError(f"team_taint_key and preflight_taint_key are both {p.team_taint_key!r}; they must differ")
         for name, env in p.component_go_env.items():

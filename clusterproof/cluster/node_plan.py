@@ -44,6 +44,16 @@ def kubelet_labels(name: str) -> dict[str, str]:
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
 
 
+def topology_labels(p: Profile, index: int) -> dict[str, str]:
+    """The rack and block of the ``index``-th node of the plan (profile keys topology_*): consecutive nodes
+    share a rack, consecutive racks a block; none when ``topology_nodes_per_rack`` is 0."""
+    if not p.topology_nodes_per_rack:
+        return {}
+    rack = index // p.topology_nodes_per_rack
+    return {p.topology_block_label: f"block-{rack // p.topology_racks_per_block}",
+            p.topology_rack_label: f"rack-{rack}"}
+
+
 def node_capacity(p: Profile) -> dict[str, str]:
     return {"cpu": str(p.node_cpu), "memory": p.node_memory, "pods": str(p.node_max_pods),
             "nvidia.com/gpu": str(p.node_gpus), "ephemeral-storage": p.node_ephemeral_storage}

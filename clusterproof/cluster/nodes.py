@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from kubernetes import client
 
-from clusterproof.cluster.node_plan import NodePool, kubelet_labels, node_plan, node_pod_cidrs
+from clusterproof.cluster.node_plan import NodePool, kubelet_labels, node_plan, node_pod_cidrs, topology_labels
 from clusterproof.config.profile import Profile
 from clusterproof.core.run import RUN_LABEL, owner_annotations
 from clusterproof.core.waiting import WaitTimeout
@@ -31,9 +31,11 @@ def node_name(p: Profile, pool: NodePool, index: int) -> str:
 def node_bodies(p: Profile, run_id: str) -> Iterator[dict]:
     annotations = {KWOK_ANNOTATION: "fake", **owner_annotations()}
     cidrs = iter(node_pod_cidrs(p.node_pod_cidr, p.nodes) if p.node_pod_cidr else [])
+    index = 0
     for pool in node_plan(p):
         for i in range(pool.count):
             name = node_name(p, pool, i)
+            topology, index = topology_labels(p, index), index + 1
             spec = {"taints": [t.as_dict() for t in pool.taints]}
             cidr = next(cidrs, None)
             if cidr:  # pod IPs per node, as on a real cluster (kwok allocates from it)
@@ -44,7 +46,7 @@ def node_bodies(p: Profile, run_id: str) -> Iterator[dict]:
                     "name": name, "annotations": annotations,
                     "labels": {**kubelet_labels(name), "type": "kwok",
                                "nvidia.com/gpu.present": "true", RUN_LABEL: run_id,
-                               **pool.labels},
+                               **topology, **pool.labels},
                 },
                 "spec": spec,
                 "status": {"capacity": pool.capacity, "allocatable": pool.capacity,

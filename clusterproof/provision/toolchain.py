@@ -42,6 +42,10 @@ KUBERNETES_VERSION = "v1.35.4"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 SCHEDULER_PLUGINS_VERSION = "v0.34.7"
+# Kueue and JobSet, the admission and training-job pair of today's GPU clusters: v0.17.0 is the newest Kueue
+# on the Kubernetes 1.35 libraries (v0.35.3; later ones move to 1.36), JobSet v0.11.1 on v0.35.0.
+KUEUE_VERSION = "v0.17.0"
+JOBSET_VERSION = "v0.11.1"
 # scheduler-plugins v0.34.7 pins Kubernetes v1.34.7 libraries, but the module
 # proxy this project builds from serves no v0.34.7 of some staging modules
 # (k8s.io/dynamic-resource-allocation, k8s.io/csi-translation-lib: 403). The
@@ -231,6 +235,9 @@ def _source_hash(directory: Path) -> str:
 MOCKNVML = Component("mocknvml", GO_NVML_VERSION, ("libnvidia-ml.so.1",),
                      build=f"+src-{_source_hash(MOCKNVML_DIR)}")
 PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus", "promtool"))
+# Built when a profile runs them (kueue_enabled): not every embedded cluster needs them.
+KUEUE = Component("kueue", KUEUE_VERSION, ("kueue",))
+JOBSET = Component("jobset", JOBSET_VERSION, ("jobset",))
 COMPONENTS = (KWOK, ETCD, KUBERNETES, KUBELET, SCHEDULER_PLUGINS, PROMETHEUS, MOCKNVML)
 # Not needed by a run: built when the workflows are linted (make lint-workflows, the self-tests).
 ACTIONLINT = Component("actionlint", ACTIONLINT_VERSION, ("actionlint",))
@@ -329,6 +336,18 @@ def _mod_download(go: str, module: str, work: Path, log: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+def module_dir(module: str, version: str, why: str) -> Path:
+    """Where ``module@version`` is in Go's module cache, downloaded if it is not there yet: the files a run
+    reads from a dependency (its CRDs, its webhook configurations; ``why`` says which, for the error)."""
+    with tempfile.TemporaryDirectory(prefix="cp-gomod-") as work:
+        proc = subprocess.run([go_binary(), "mod", "download", "-json", f"{module}@{version}"], cwd=work,
+                              env=go_env(), capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise HarnessError(f"cannot download Go module {module}@{version} for {why} "
+                           f"({(proc.stderr or proc.stdout).strip().splitlines()[-1:]}): check GOPROXY")
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
 def _build_kwok(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
     cmd = [go, "install", "-trimpath", "-ldflags=-s -w",
            f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"]
@@ -390,11 +409,27 @@ def missing_module(go_output: str) -> str | None:
 
 
 def _build_etcd(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    _build_module_main(go, work, out, log, "etcd", ETCD_VERSION, "go.etcd.io/etcd/server/v3", "etcd")
+
+
+def _build_module_main(go: str, work: Path, out: Path, log: Path, what: str, version: str, package: str,
+                       binary: str, ldflags: str = "-s -w") -> None:
+    """``package``@``version`` built as its module pins its dependencies, in a wrapper module requiring only
+    it (``go install pkg@version`` would first list the module's versions, which the proxy this project
+    builds from refuses for some modules: sigs.k8s.io/jobset, 403)."""
     _write_wrapper(work, {}, {})
-    _run([go, "get", f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"], work, log,
-         f"etcd {ETCD_VERSION} (go get)")
-    _run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(out / "etcd"),
-          "go.etcd.io/etcd/server/v3"], work, log, f"etcd {ETCD_VERSION}")
+    _run([go, "get", f"{package}@{version}"], work, log, f"{what} {version} (go get)")
+    _run([go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / binary), package], work, log,
+         f"{what} {version}")
+
+
+def _build_kueue(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    _build_module_main(go, work, out, log, "kueue", c.version, "sigs.k8s.io/kueue/cmd/kueue", "kueue",
+                       f"-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion={c.version}")
+
+
+def _build_jobset(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
+    _build_module_main(go, work, out, log, "jobset", c.version, "sigs.k8s.io/jobset", "jobset")
 
 
 def _writable_module(go: str, module: str, work: Path, log: Path) -> Path:
@@ -501,6 +536,8 @@ _BUILDERS = {
     "scheduler-plugins": _build_scheduler_plugins,
     "prometheus": _build_prometheus,
     "actionlint": _build_actionlint,
+    "kueue": _build_kueue,
+    "jobset": _build_jobset,
     "perfdata-reader": _build_perfdata_reader,
 }
 
@@ -570,7 +607,7 @@ def named(name: str) -> Component:
         return kubernetes(name.split("@", 1)[1])
     if name.startswith("kubelet@"):
         return kubelet(name.split("@", 1)[1])
-    by_name = {c.name: c for c in (*COMPONENTS, ACTIONLINT, PERFDATA_READER)}
+    by_name = {c.name: c for c in (*COMPONENTS, KUEUE, JOBSET, ACTIONLINT, PERFDATA_READER)}
     if name not in by_name:
         raise HarnessError(f"no toolchain component {name!r} (known: {', '.join(by_name)}, kubernetes@VERSION)")
     return by_name[name]

@@ -1,0 +1,87 @@
+"""Unit tests of Kueue and JobSet in the embedded cluster (clusterproof.cluster.kueue) and of the simulated
+nodes' topology labels: pure, no cluster (the modules' own files are read from Go's module cache)."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from clusterproof.cluster import kueue
+from clusterproof.cluster.node_plan import topology_labels
+from clusterproof.config.profile import load_profile
+
+pytestmark = pytest.mark.selftest
+
+
+@pytest.fixture(scope="module")
+def dirs():
+    return kueue.module_dirs()
+
+
+def test_each_crd_keeps_only_its_storage_version_and_is_the_clusters(dirs):
+    bodies = kueue.crds(dirs[kueue.KUEUE])
+    names = {b["metadata"]["name"] for b in bodies}
+    assert {"workloads.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io", "topologies.kueue.x-k8s.io",
+            "localqueues.kueue.x-k8s.io", "resourceflavors.kueue.x-k8s.io"} <= names
+    for b in bodies:
+        assert [v["name"] for v in b["spec"]["versions"]] == ["v1beta2"], b["metadata"]["name"]
+        assert "conversion" not in b["spec"] and "status" not in b
+        assert b["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "clusterproof"
+    [jobset] = kueue.crds(dirs[kueue.JOBSET])
+    assert jobset["metadata"]["name"] == "jobsets.jobset.x-k8s.io"
+
+
+def test_webhooks_call_the_process_on_loopback_through_the_clusters_ca_and_only_in_managed_namespaces(dirs):
+    got = kueue.webhook_configurations(dirs[kueue.KUEUE], "kueue", kueue.KUEUE_WEBHOOKS, 19443, b"CA PEM")
+    assert [body["metadata"]["name"] for _, body in got] == ["clusterproof-kueue-mutating",
+                                                             "clusterproof-kueue-validating"]
+    hooks = {h["name"] + body["kind"][0]: h for _, body in got for h in body["webhooks"]}
+    assert len(hooks) == len(kueue.KUEUE_WEBHOOKS)
+    job = hooks["mjob.kb.ioM"]
+    assert job["clientConfig"] == {"url": "https://127.0.0.1:19443/mutate-batch-v1-job",
+                                   "caBundle": base64.b64encode(b"CA PEM").decode()}
+    assert job["failurePolicy"] == "Fail"
+    assert job["namespaceSelector"] == {"matchLabels": {kueue.MANAGED_LABEL: "true"}}
+    assert "namespaceSelector" not in hooks["vclusterqueue.kb.ioV"]      # cluster-scoped: no namespace
+    assert "namespaceSelector" in hooks["vworkload.kb.ioV"]
+    assert not any("pod" in h["clientConfig"]["url"].rsplit("/", 1)[1].split("-") for h in hooks.values())
+
+
+def test_a_webhook_the_module_does_not_ship_is_one_line(dirs):
+    with pytest.raises(Exception, match=r"webhooks \['mnothing.kb.io'\] are not in"):
+        kueue.webhook_configurations(dirs[kueue.JOBSET], "jobset", ("mnothing.kb.io",), 1, b"")
+
+
+def test_kueues_launcher_waits_for_its_crds_and_runs_it_with_an_etc_of_its_own(tmp_path):
+    binary = tmp_path / "cache" / "kueue"
+    script = kueue.launcher(binary, tmp_path / "c", private_etc=True, as_root=True)
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/sh"
+    assert lines[2] == f"while [ ! -e {tmp_path}/c/{kueue.READY_MARK} ]; do sleep 0.5; done"
+    assert lines[3].startswith("exec unshare --mount --propagation private /bin/sh -c 'mount -t overlay overlay "
+                               f"-o lowerdir=/etc,upperdir={tmp_path}/c/etc/kueue/upper,")
+    assert lines[3].endswith(f"' {binary} \"$@\"")
+    user = kueue.launcher(binary, tmp_path / "c", private_etc=True, as_root=False)
+    assert "unshare --user --map-root-user --mount " in user
+    plain = kueue.launcher(tmp_path / "jobset", tmp_path / "c", private_etc=False, as_root=True)
+    assert plain.splitlines()[-1] == f'exec {tmp_path}/jobset "$@"'
+
+
+def test_kueues_configuration_turns_off_what_needs_a_container_and_scopes_it(tmp_path):
+    ports = dict(zip(kueue.PORTS, range(1, 6)))
+    cfg = kueue.kueue_config(tmp_path, ports, 50, 100, 30, 1, 10)
+    assert cfg["leaderElection"] == {"leaderElect": False} and cfg["internalCertManagement"] == {"enable": False}
+    assert cfg["webhook"] == {"host": "127.0.0.1", "port": 1, "certDir": str(tmp_path)}
+    assert cfg["managedJobsNamespaceSelector"] == {"matchLabels": {kueue.MANAGED_LABEL: "true"}}
+    assert cfg["waitForPodsReady"]["timeout"] == "30s"
+    assert cfg["waitForPodsReady"]["requeuingStrategy"]["backoffMaxSeconds"] == 10
+    assert "waitForPodsReady" not in kueue.kueue_config(tmp_path, ports, 50, 100, None, 1, 10)
+
+
+def test_consecutive_nodes_share_a_rack_and_consecutive_racks_a_block():
+    p = load_profile("smoke", ["topology_nodes_per_rack=4", "topology_racks_per_block=2"])
+    got = [topology_labels(p, i) for i in (0, 3, 4, 7, 8, 16)]
+    rack, block = p.topology_rack_label, p.topology_block_label
+    assert [(g[block], g[rack]) for g in got] == [("block-0", "rack-0"), ("block-0", "rack-0"), ("block-0", "rack-1"),
+                                                  ("block-0", "rack-1"), ("block-1", "rack-2"), ("block-2", "rack-4")]
+    assert topology_labels(load_profile("smoke", ["topology_nodes_per_rack=0"]), 5) == {}
