@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import urllib3
 from kubernetes import client
 
-from clusterproof.cluster import coscheduling, identities, realnodes
+from clusterproof.cluster import coscheduling, identities, kueue, realnodes
 from clusterproof.cluster.kwok import (
     NAME_PREFIX,
     KwokCluster,
@@ -174,11 +174,13 @@ class Cluster:
 
 
 def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None],
-                   keep: bool = False, coscheduling_components: bool = True,
+                   keep: bool = False, coscheduling_components: bool = True, kueue_components: bool = False,
                    on_lease_lost: Callable[[str], None] | None = None,
                    local_sweeps: Sequence[LocalSweep] = (), logs_to: Path | None = None) -> Cluster:
     """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
-    and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each).
+    and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each);
+    ``kueue_components``: with Kueue and JobSet (``clusterproof.cluster.kueue``; only runs that admit through
+    Kueue need them).
     ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``).
     ``local_sweeps``: what else dead runs left on this machine (``sweep_local``). ``logs_to``: where the
     control plane's logs are kept if the bring-up fails (the cluster, and its logs with it, is deleted)."""
@@ -197,6 +199,8 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                                  *kcm_endpoint_args(profile)))
     # every binary first: a build that fails ends the run before anything runs
     toolchain.ensure_all(progress, profile.kubernetes_version)
+    if kueue_components:
+        toolchain.ensure_many([toolchain.KUEUE, toolchain.JOBSET], progress)
     built = real_node_images(profile, progress)
     lease = None
     try:
@@ -214,6 +218,12 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
             kc.components = coscheduling.components(kc.directory, kc.kubeconfig, profile.gang_scheduler_qps,
                                                     profile.gang_scheduler_burst,
                                                     profile.gang_unschedulable_flush_s, ports)
+        kueue_ports = dict(zip(kueue.PORTS, free_ports(len(kueue.PORTS))))
+        if kueue_components:
+            kc.components = [*kc.components, *kueue.components(
+                kc.directory, kc.kubeconfig, kueue_ports, profile.kueue_api_qps, profile.kueue_api_burst,
+                profile.kueue_pods_ready_timeout_s or None, profile.kueue_backoff_base_s,
+                profile.kueue_backoff_max_s)]
         progress(f"starting embedded cluster {kc.name} (kwokctl, binary runtime, "
                  f"Kubernetes {profile.kubernetes_version}"
                  + (f", Coscheduling {toolchain.SCHEDULER_PLUGINS_VERSION} as {coscheduling.OWN_SCHEDULER!r})"
@@ -235,6 +245,11 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         if coscheduling_components:
             coscheduling.apply_crds(api, run_id)
             wait_healthy(coscheduling.health_urls(ports), kc)
+        if kueue_components:
+            with phase(f"start Kueue {toolchain.KUEUE_VERSION} and JobSet {toolchain.JOBSET_VERSION}"):
+                kueue.install(api, kc.directory)
+                wait_healthy(kueue.health_urls(kueue_ports), kc)
+                kueue.register_webhooks(api, kc.directory, kueue_ports)
         real = None
         if kc.real_nodes:
             with phase(f"join {len(kc.real_nodes)} real node(s)"):

@@ -20,6 +20,13 @@ class GangKeys(KeyGroup):
     gang_scale_size: Pos
     gang_scale_timeout_s: Pos
     gang_native: bool
+    # Kueue and JobSet (clusterproof/cluster/kueue.py)
+    kueue_admission: bool
+    kueue_api_qps: Pos
+    kueue_api_burst: Pos
+    kueue_pods_ready_timeout_s: Annotated[int, Field(ge=0)]
+    kueue_backoff_base_s: Pos
+    kueue_backoff_max_s: Pos
 
 
 KEYS = GangKeys
