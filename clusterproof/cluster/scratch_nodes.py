@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from kubernetes import client
 
@@ -85,18 +86,22 @@ class ScratchNode:
 
 def create_scratch_nodes(api: client.ApiClient, profile, run_id: str, tag: str, count: int = 1,
                          taints: list[dict] = (), gpus: int | None = None, labels: dict | None = None,
-                         workers: int = 1, timeout: float = 120) -> list[ScratchNode]:
+                         workers: int = 1, timeout: float = 120,
+                         labels_of: Callable[[int], dict] | None = None) -> list[ScratchNode]:
     """``count`` fresh kwok nodes labelled and tainted ``clusterproof.io/scratch=<tag>`` (plus
-    ``taints`` and ``labels``), with the profile's capacity; returned once Ready and schedulable
-    (within ``timeout``). ``workers`` creates them in parallel (hundreds of nodes joining at once)."""
+    ``taints`` and ``labels``, and ``labels_of(i)`` on the i-th: a rack, a block), with the profile's
+    capacity; returned once Ready and schedulable (within ``timeout``). ``workers`` creates them in
+    parallel (hundreds of nodes joining at once)."""
     cap = node_capacity(profile)
     if gpus is not None:
         cap["nvidia.com/gpu"] = str(gpus)
     nodes = [ScratchNode(api, f"{profile.node_name_prefix}-scratch-{tag}" + (f"-{i}" if count > 1 else ""),
                          run_id, tag, created=True) for i in range(count)]
+    own = {n.name: (labels_of(i) if labels_of else {}) for i, n in enumerate(nodes)}
+
     def create(node: ScratchNode) -> None:
         meta = metadata(node.name, run_id, {**kubelet_labels(node.name), "type": "kwok", SCRATCH_LABEL: tag,
-                                            **(labels or {})})
+                                            **(labels or {}), **own[node.name]})
         meta["annotations"][KWOK_ANNOTATION] = "fake"
         raw_request(api, "POST", "/api/v1/nodes", body={
             "apiVersion": "v1", "kind": "Node", "metadata": meta,

@@ -143,3 +143,29 @@ def delete_jobsets(api: client.ApiClient, ns: str, names: list[str]) -> None:
         delete_if_present(api, f"{JOBSET_API}/namespaces/{ns}/jobsets/{name}", {"propagationPolicy": "Foreground"})
     wait_for(lambda: [n for n in names if pods_of(api, ns, n)], until=lambda left: not left, timeout=120,
              interval=0.5, what=f"pods of JobSets {', '.join(names)} gone")
+
+
+def make_priority_classes(api: client.ApiClient, run_id: str, values: dict[str, int]) -> list[str]:
+    """WorkloadPriorityClasses ``{name: value}`` (cluster-scoped, the run's); their paths, for deletion."""
+    paths = []
+    for name, value in values.items():
+        body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                "metadata": metadata(name, run_id), "value": value,
+                "description": "clusterproof: a check's priority (suites/test_kueue_admission.py)"}
+        create_object(api, f"{KUEUE_API}/workloadpriorityclasses", body)
+        paths.append(f"{KUEUE_API}/workloadpriorityclasses/{name}")
+    return paths
+
+
+def make_topology(api: client.ApiClient, run_id: str, name: str, levels: list[str]) -> str:
+    """A Topology (``levels`` from the widest domain to the node's hostname); its path, for deletion."""
+    create_object(api, f"{KUEUE_API}/topologies", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": metadata(name, run_id),
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]}})
+    return f"{KUEUE_API}/topologies/{name}"
+
+
+def node_labels(api: client.ApiClient, nodes: list[str], key: str) -> dict[str, str | None]:
+    """Each node's value of label ``key``."""
+    return {n: (get_if_present(api, f"/api/v1/nodes/{n}") or {}).get("metadata", {}).get("labels", {}).get(key)
+            for n in nodes}
