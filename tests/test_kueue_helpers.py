@@ -58,7 +58,7 @@ def test_kueues_launcher_waits_for_its_crds_and_runs_it_with_an_etc_of_its_own(t
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh"
     assert lines[2] == f"while [ ! -e {tmp_path}/c/{kueue.READY_MARK} ]; do sleep 0.5; done"
-    assert lines[3].startswith("exec unshare --mount --propagation private /bin/sh -c 'mount -t overlay overlay "
+    assert lines[3].startswith("exec unshare --mount --propagation private /bin/sh -c 'mount -n -t overlay overlay "
                                f"-o lowerdir=/etc,upperdir={tmp_path}/c/etc/kueue/upper,")
     assert lines[3].endswith(f"' {binary} \"$@\"")
     user = kueue.launcher(binary, tmp_path / "c", private_etc=True, as_root=False)
