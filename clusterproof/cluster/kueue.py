@@ -168,8 +168,8 @@ def launcher(binary: Path, cluster_dir: Path, private_etc: bool, as_root: bool) 
     if not private_etc:
         return "\n".join([*lines, f'exec {shlex.quote(str(binary))} "$@"', ""])
     layer = cluster_dir / "etc" / binary.name
-    # -n: util-linux mount records a mount in /run/mount/utab, and /run is the host's (seen: a manual try left
-    # /run/mount behind, which the host-state self-test then found); TO VERIFY that -n leaves /run untouched.
+    # -n: util-linux mount records a mount in /run/mount/utab, and /run is the host's (a try without it left
+    # /run/mount behind, which the host-state self-test found); with -n, /run is left as found (tried here).
     mount = (f"mount -n -t overlay overlay -o lowerdir=/etc,upperdir={layer / 'upper'},workdir={layer / 'work'} "
              '/etc && exec "$0" "$@"')
     unshare = "unshare --mount --propagation private" if as_root else "unshare --user --map-root-user --mount"

@@ -42,7 +42,7 @@ from typing import Callable
 import urllib3
 import yaml
 
-from clusterproof.cluster import identities, realnode_config, realnodes, watchdog
+from clusterproof.cluster import identities, realnode_config, realnodes, stages, watchdog
 from clusterproof.core import exitcodes, progress
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.ports import free_ports
@@ -62,6 +62,7 @@ from clusterproof.kube import access
 from clusterproof.provision import toolchain
 
 NAME_PREFIX = "cp-"
+KWOK_MODULE = "sigs.k8s.io/kwok"
 # Where every component listens (KwokctlConfiguration ``options.bindAddress``, which kwokctl v0.8.0 gives etcd's
 # --listen-client-urls and every component's --bind-address; its default is 0.0.0.0). etcd serves plain HTTP
 # with no client certificate: on any other interface, anyone who reaches this machine could write to it.
@@ -307,13 +308,16 @@ class KwokCluster:
 
         Each real kubelet works for its own node; kwok simulates all of them
         with a few workers (default 4), which alone caps bring-up at ~45
-        nodes/s on this machine.
+        nodes/s on this machine. The Stages are kwokctl's defaults but for a
+        pod annotated to run until deleted (``clusterproof.cluster.stages``).
         """
         path = self.directory / "clusterproof-kwokctl.yaml"
         n = self.kwok_parallelism
         docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
                  "options": {"nodePlayStageParallelism": n, "nodeLeaseParallelism": n,
                              "podPlayStageParallelism": n}}]
+        docs += stages.stages(toolchain.module_dir(KWOK_MODULE, toolchain.KWOK_VERSION, "its stage presets"),
+                              self.heartbeat_factor, self.node_lease_duration_s)
         docs.insert(0, {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                         "options": {"bindAddress": BIND_ADDRESS, **(ports or {})},
                         **({"components": self.components} if self.components else {}),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.cluster.stages import RUNS_UNTIL_DELETED
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.gang.gangs import Placement
@@ -82,11 +83,12 @@ def _active(api: client.ApiClient, path: str) -> bool:
 def jobset(name: str, run_id: str, queue: str | None, pods: int, gpus: int, priority_class: str | None = None,
            pod_annotations: dict | None = None) -> dict:
     """A JobSet of one replicated Job of ``pods`` whole-node GPU ranks (Indexed, all at once), submitted to
-    ``queue`` (None: not to Kueue at all -- the negative control's partial start)."""
+    ``queue`` (None: not to Kueue at all -- the negative control's partial start). The ranks run until deleted,
+    as training does (on a kwok node: ``RUNS_UNTIL_DELETED``, else kwok completes a Job's pod as it starts)."""
     labels = {**({QUEUE_LABEL: queue} if queue else {}), **({PRIORITY_LABEL: priority_class} if priority_class else {})}
     rank = pod_body("rank", run_id, gpus=gpus, restart_policy="Never")
     template = {"metadata": {"labels": dict(rank["metadata"]["labels"]),
-                             "annotations": dict(pod_annotations or {})},
+                             "annotations": {RUNS_UNTIL_DELETED: "true", **(pod_annotations or {})}},
                 "spec": rank["spec"]}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": metadata(name, run_id, labels),
             "spec": {"network": {"enableDNSHostnames": False},
