@@ -12,8 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes.client import ApiException
 
-from clusterproof.core.waiting import wait_for
+from clusterproof.cluster import kueue
+from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.gang import kueue_jobs as kq
 from clusterproof.kube.client import delete_if_present
 
@@ -27,7 +29,7 @@ def test_a_jobset_is_admitted_whole_or_not_at_all_under_its_quota(cluster, profi
     admitted whole, the larger one still not. Red: a partial start (named, with its pods and Kueue's word on
     its Workload), or a JobSet never admitted."""
     api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
-    q = kq.make_queues(api, run_id, ns, f"whole-{run_id[-6:]}", kueue_nodes, gpu_quota=n * gpus)
+    q = kq.make_queues(api, run_id, ns, f"whole-{run_id[-6:]}", kueue_nodes.place, gpu_quota=n * gpus)
     queue = q.local_queue if profile.kueue_admission else None
     quota = f"a quota of {n * gpus} GPUs"
     try:
@@ -63,8 +65,8 @@ def test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of_one(cl
     api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
     tag = run_id[-6:]
     classes = kq.make_priority_classes(api, run_id, {f"low-{tag}": 100, f"high-{tag}": 1000})
-    q = kq.make_queues(api, run_id, ns, f"preempt-{tag}", kueue_nodes, gpu_quota=n * gpus,
-                       preemption={"withinClusterQueue": "LowerPriority"})
+    q = kq.make_queues(api, run_id, ns, f"preempt-{tag}", kueue_nodes.place, gpu_quota=n * gpus,
+                       preemption={"withinClusterQueue": profile.kueue_preemption})
     queue = q.local_queue if profile.kueue_admission else None
     try:
         kq.submit(api, ns, kq.jobset("low", run_id, queue, n, gpus, priority_class=f"low-{tag}"))
@@ -84,6 +86,92 @@ def test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of_one(cl
         q.delete(api)
         for path in classes:
             delete_if_present(api, path)
+
+
+LOST = {"key": "check.clusterproof.io/node-lost", "value": "kueue-requeue", "effect": "NoExecute"}
+
+
+def test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admitted(cluster, profile, run_id,
+                                                                                  kueue_namespace, kueue_nodes,
+                                                                                  figures):
+    """waitForPodsReady: JobSet stuck holds the whole quota with every rank Ready, JobSet behind (one rank fewer)
+    waits on the quota. Stuck then loses a rank's node (tainted NoExecute: its rank is evicted, the replacement
+    has nowhere to go). Within Kueue's timeout (``kueue_pods_ready_timeout_s``) stuck is evicted whole and
+    requeued with backoff, and behind is admitted with every pod bound. Red: a deadlock -- stuck keeping the
+    quota with a rank missing while behind waits past the timeout and the bind allowance, both named with
+    Kueue's word on them -- or stuck left partly running, or not requeued."""
+    api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
+    timeout = profile.kueue_pods_ready_timeout_s
+    q = kq.make_queues(api, run_id, ns, f"requeue-{run_id[-6:]}", kueue_nodes.place, gpu_quota=n * gpus)
+    queue = q.local_queue if profile.kueue_admission else None
+    lost = None
+    try:
+        kq.submit(api, ns, kq.jobset("stuck", run_id, queue, n, gpus, backoff_limit=n))
+        _wait_all_bound(api, ns, "stuck", n, profile, f"JobSet stuck ({n} pods, the whole quota)")
+        wait_for(lambda: kq.ready_pods(api, ns, "stuck"), until=lambda r: r[0] == n,
+                 timeout=profile.gang_bind_timeout_s, interval=0.5, what=f"the {n} ranks of JobSet stuck Ready")
+        kq.submit(api, ns, kq.jobset("behind", run_id, queue, n - 1, gpus))
+        node = sorted(kq.pods_of(api, ns, "stuck").values())[0]
+        lost = next(x for x in kueue_nodes.nodes if x.name == node)
+        lost.taint(LOST)
+        t = time.monotonic()
+        allowed = timeout + profile.kueue_backoff_base_s + profile.gang_bind_timeout_s
+        try:
+            _wait_all_bound(api, ns, "behind", n - 1, profile, "JobSet behind", timeout=allowed)
+        except WaitTimeout:
+            ready, live = kq.ready_pods(api, ns, "stuck")
+            pytest.fail(f"deadlock: JobSet stuck kept the quota of {n * gpus} GPUs with {ready} of its {n} ranks "
+                        f"Ready (live pods: {live}) for {time.monotonic() - t:.0f} s after node {node} was lost "
+                        f"(Kueue's waitForPodsReady allows {timeout} s), while JobSet behind ({n - 1} ranks, which "
+                        f"fit) was never admitted. Stuck: {kq.describe_workload(kq.workload_of(api, ns, 'stuck'))}. "
+                        f"Behind: {kq.describe_workload(kq.workload_of(api, ns, 'behind'))}", pytrace=False)
+        figures.add("a rank's node lost -> the stuck JobSet evicted and every pod of the one behind bound",
+                    time.monotonic() - t, "s", allowed)
+        w = kq.workload_of(api, ns, "stuck")
+        left = {p: nd for p, nd in kq.pods_of(api, ns, "stuck").items() if nd}
+        assert not left, (f"JobSet stuck was evicted only in part: {len(left)} of its ranks still bound "
+                          f"({sorted(left)[:5]}) beside JobSet behind; {kq.describe_workload(w)}")
+        assert ((w or {}).get("status") or {}).get("requeueState", {}).get("count", 0) >= 1 or \
+            kq.condition(w, "Evicted").get("reason") == "PodsReadyTimeout", (
+                f"JobSet stuck gave up its quota but not by Kueue's requeue: {kq.describe_workload(w)}")
+    finally:
+        kq.delete_jobsets(api, ns, ["stuck", "behind"])
+        q.delete(api)
+        if lost is not None:
+            lost.untaint(LOST)
+
+
+def test_with_kueues_webhook_down_a_jobset_is_refused_never_admitted_without_quota(cluster, profile, run_id,
+                                                                                  kueue_namespace, kueue_nodes,
+                                                                                  supervisor, api_guard):
+    """Kueue's manager stopped (its webhooks with it): the API server refuses a JobSet for Kueue's queue --
+    Kueue's webhooks are failurePolicy Fail -- so nothing is created and no pod starts without quota. Kueue
+    is started again afterwards. Red: a JobSet created while Kueue was down, with the pods it started
+    (admitted without quota). Only on the embedded cluster: it stops Kueue. The API servers' 5xx while Kueue is
+    down are excused, and reported: the refused create itself is one, and Kueue's requests cut off by its stop."""
+    if cluster.kwok is None or supervisor is None:
+        pytest.skip("stops Kueue's manager, which only the embedded cluster the harness started lets it do")
+    api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
+    q = kq.make_queues(api, run_id, ns, f"down-{run_id[-6:]}", kueue_nodes.place, gpu_quota=n * gpus)
+    try:
+        with api_guard.excuse("Kueue's manager stopped on purpose (the webhook-down check)"), \
+                kueue.manager_stopped(cluster.kwok, supervisor):
+            try:
+                kq.submit(api, ns, kq.jobset("unguarded", run_id, q.local_queue, n, gpus))
+                refused = None
+            except ApiException as e:
+                refused = e
+            if refused is None:
+                pods = kq.pods_within(api, ns, "unguarded", profile.gang_observe_s)
+                pytest.fail(f"JobSet unguarded was created while Kueue's manager was down (its webhooks were "
+                            f"not called, so its failurePolicy is not Fail) and {len(pods)} pod(s) started without "
+                            f"quota: {sorted(pods)[:5]}", pytrace=False)
+        assert refused.status in (500, 502, 503, 504) and "webhook" in (refused.body or ""), (
+            f"the JobSet was refused, but not by Kueue's webhook: HTTP {refused.status} {(refused.body or '')[:300]}")
+        assert kq.pods_of(api, ns, "unguarded") == {}, "a refused JobSet has pods"
+    finally:
+        kq.delete_jobsets(api, ns, ["unguarded"])
+        q.delete(api)
 
 
 def test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted(cluster, profile, run_id,
@@ -121,8 +209,10 @@ def test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted(cl
         delete_if_present(api, topology)
 
 
-def _wait_all_bound(api, ns: str, name: str, n: int, profile, what: str) -> None:
+def _wait_all_bound(api, ns: str, name: str, n: int, profile, what: str, timeout: float | None = None) -> None:
+    def describe(pods: dict) -> str:
+        return (f"{sum(1 for v in pods.values() if v)} of {n} pods bound; "
+                f"{kq.describe_workload(kq.workload_of(api, ns, name))}")
     wait_for(lambda: kq.pods_of(api, ns, name), until=lambda p: len(p) == n and all(p.values()),
-             timeout=profile.gang_bind_timeout_s, interval=0.5, what=f"{what}: admitted and every pod bound",
-             describe=lambda p: f"{sum(1 for v in p.values() if v)} of {n} pods bound; "
-                                f"{kq.describe_workload(kq.workload_of(api, ns, name))}")
+             timeout=timeout or profile.gang_bind_timeout_s, interval=0.5,
+             what=f"{what}: admitted and every pod bound", describe=describe, explain=describe)

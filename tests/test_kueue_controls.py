@@ -1,8 +1,11 @@
-"""Negative controls for suites/test_kueue_admission.py.
+"""Negative controls for suites/test_kueue_admission.py: each check, run against a cluster broken the way it
+guards against, fails and names the fault.
 
-The suite runs as a user would run it (a subprocess, ``--cp-kubeconfig`` on this session's embedded
-cluster, which runs Kueue and JobSet), and once with its JobSets submitted past Kueue (no queue name:
-straight to the JobSet controller): the all-or-nothing check must then fail, naming the partial start.
+The suite runs as a user would run it (a subprocess). Checks whose fault is a setting of the check itself run
+on this session's embedded cluster (``--cp-kubeconfig``): JobSets submitted past Kueue, a ClusterQueue that
+never preempts, nodes without topology labels. The two whose fault is Kueue's own configuration run on an
+embedded cluster of their own, started with that configuration broken: Kueue without waitForPodsReady, and
+Kueue's webhooks failurePolicy Ignore.
 """
 from __future__ import annotations
 
@@ -14,22 +17,52 @@ from tests.harness import run_pytest
 
 pytestmark = [pytest.mark.selftest, pytest.mark.kueue]
 SUITE = "suites/test_kueue_admission.py"
+WHOLE = "test_a_jobset_is_admitted_whole_or_not_at_all_under_its_quota"
+PREEMPT = "test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of_one"
+REQUEUE = "test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admitted"
+DOWN = "test_with_kueues_webhook_down_a_jobset_is_refused_never_admitted_without_quota"
+TOPOLOGY = "test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted"
 
 
-def _run(cluster, profile, tmp_path, *sets, select="whole", timeout=600):
-    run_id = f"kqctl-{os.urandom(2).hex()}"
-    args = [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name,
-            "--cp-run-id", run_id, "-k", select, *[f"--cp-set={s}" for s in sets]]
-    return run_id, run_pytest(args, tmp_path, timeout=timeout)
+def _run(profile, tmp_path, *sets, select: str, kubeconfig=None, timeout=900):
+    args = [SUITE, "--cp-profile", profile.name, "--cp-run-id", f"kqctl-{os.urandom(2).hex()}", "-k", select,
+            *(["--cp-kubeconfig", str(kubeconfig)] if kubeconfig else []), *[f"--cp-set={s}" for s in sets]]
+    return run_pytest(args, tmp_path, timeout=timeout)
 
 
-def test_the_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
-    _, run = _run(cluster, profile, tmp_path)
-    assert run.returncode == 0 and not run.failures, run.output[-3000:]
+def test_the_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path, kueue_started):
+    run = _run(profile, tmp_path, select=f"{WHOLE} or {PREEMPT} or {REQUEUE} or {TOPOLOGY}",
+               kubeconfig=cluster.kubeconfig)
+    assert run.returncode == 0 and not run.failures and len(run.passed) == 4, run.output[-3000:]
 
 
-def test_jobsets_submitted_past_kueue_start_partly_and_the_check_says_so(cluster, profile, tmp_path):
-    _, run = _run(cluster, profile, tmp_path, "kueue_admission=false")
+def test_jobsets_submitted_past_kueue_start_partly_and_the_check_says_so(cluster, profile, tmp_path, kueue_started):
+    run = _run(profile, tmp_path, "kueue_admission=false", select=WHOLE, kubeconfig=cluster.kubeconfig)
     assert run.returncode == 1, run.output[-3000:]
-    msg = run.failures.get("test_a_jobset_is_admitted_whole_or_not_at_all_under_its_quota", "")
+    msg = run.failures.get(WHOLE, "")
     assert f"JobSet waits ({profile.gang_nodes} pods against a quota of" in msg and "started partly" in msg, msg[:3000]
+
+
+def test_a_cluster_queue_that_never_preempts_and_the_check_says_so(cluster, profile, tmp_path, kueue_started):
+    run = _run(profile, tmp_path, "kueue_preemption=Never", select=PREEMPT, kubeconfig=cluster.kubeconfig)
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(PREEMPT, "")
+    assert "JobSet high" in msg and "admitted and every pod bound" in msg and "0 of" in msg, msg[:3000]
+
+
+def test_nodes_without_topology_labels_and_the_check_says_so(cluster, profile, tmp_path, kueue_started):
+    run = _run(profile, tmp_path, "topology_nodes_per_rack=0", select=TOPOLOGY, kubeconfig=cluster.kubeconfig)
+    assert run.returncode == 1, run.output[-3000:]
+    msg = run.failures.get(TOPOLOGY, "")
+    assert "JobSet one-rack" in msg and "0 of" in msg, msg[:3000]
+
+
+def test_kueue_without_pods_ready_deadlocks_and_with_its_webhook_ignored_admits_and_the_checks_say_so(profile,
+                                                                                                       tmp_path):
+    """One embedded cluster of its own, Kueue broken twice: no waitForPodsReady, webhooks failurePolicy Ignore."""
+    run = _run(profile, tmp_path, "kueue_wait_for_pods_ready=false", "kueue_webhook_failure_policy=Ignore",
+               select=f"{REQUEUE} or {DOWN}")
+    assert run.returncode == 1, run.output[-3000:]
+    deadlock, unguarded = run.failures.get(REQUEUE, ""), run.failures.get(DOWN, "")
+    assert "deadlock: JobSet stuck kept the quota" in deadlock and "JobSet behind" in deadlock, deadlock[:3000]
+    assert "JobSet unguarded was created while Kueue's manager was down" in unguarded, unguarded[:3000]

@@ -28,14 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import urllib3
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling, identities, kueue, realnodes
 from clusterproof.cluster.kwok import (
     NAME_PREFIX,
     KwokCluster,
-    component_http,
     describe_go_env,
     embedded_here,
     sweep_clusters,
@@ -180,7 +178,8 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
     """An embedded cluster for this run; ``coscheduling_components``: with the Coscheduling scheduler
     and controller (only runs that schedule gangs need them; they cost the apiserver a watcher each);
     ``kueue_components``: with Kueue and JobSet (``clusterproof.cluster.kueue``; only runs that admit through
-    Kueue need them).
+    Kueue need them), declared here and idle until the first check that admits through Kueue starts them
+    (``kueue.start``): the bring-up is measured without them.
     ``on_lease_lost``: called with one line if the run's Lease is lost (``clusterproof.kube.liveness``).
     ``local_sweeps``: what else dead runs left on this machine (``sweep_local``). ``logs_to``: where the
     control plane's logs are kept if the bring-up fails (the cluster, and its logs with it, is deleted)."""
@@ -222,7 +221,8 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         if kueue_components:
             kc.components = [*kc.components, *kueue.components(
                 kc.directory, kc.kubeconfig, kueue_ports, profile.kueue_api_qps, profile.kueue_api_burst,
-                profile.kueue_pods_ready_timeout_s or None, profile.kueue_backoff_base_s,
+                profile.kueue_pods_ready_timeout_s if profile.kueue_wait_for_pods_ready else None,
+                profile.kueue_backoff_base_s,
                 profile.kueue_backoff_max_s)]
         progress(f"starting embedded cluster {kc.name} (kwokctl, binary runtime, "
                  f"Kubernetes {profile.kubernetes_version}"
@@ -244,12 +244,7 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
         wait_kwok_watching(kc, progress)
         if coscheduling_components:
             coscheduling.apply_crds(api, run_id)
-            wait_healthy(coscheduling.health_urls(ports), kc)
-        if kueue_components:
-            with phase(f"start Kueue {toolchain.KUEUE_VERSION} and JobSet {toolchain.JOBSET_VERSION}"):
-                kueue.install(api, kc.directory)
-                wait_healthy(kueue.health_urls(kueue_ports), kc)
-                kueue.register_webhooks(api, kc.directory, kueue_ports)
+            kc.wait_healthy(coscheduling.health_urls(ports))
         real = None
         if kc.real_nodes:
             with phase(f"join {len(kc.real_nodes)} real node(s)"):
@@ -319,20 +314,6 @@ def kcm_endpoint_args(profile: Profile) -> tuple[str, ...]:
     """kube-controller-manager's slice size, if the profile sets one (the watch suite's negative control)."""
     n = profile.watch_kcm_max_endpoints_per_slice
     return (f"kube-controller-manager=max-endpoints-per-slice={n}",) if n else ()
-
-
-def wait_healthy(urls: dict[str, str], kc: KwokCluster, timeout: float = 90) -> None:
-    """Every extra component answers its /healthz (its log is named if it does not)."""
-    http = component_http(timeout=2.0)
-
-    def healthy(url: str) -> bool:
-        try:
-            return http.request("GET", url).status == 200
-        except urllib3.exceptions.HTTPError:
-            return False
-    for name, url in urls.items():
-        wait_for(lambda u=url: healthy(u), timeout=timeout, interval=0.5,
-                 what=f"{name} healthy at {url} (log: {kc.directory / 'logs' / (name + '.log')})")
 
 
 def wait_controllers_started(api: client.ApiClient, kc: KwokCluster, timeout: float = 120) -> None:

@@ -23,15 +23,19 @@ from those modules (never copied here) and changed only where a host process nee
   (``unshare``) in which /etc is an overlay whose upper layer, holding that certificate, is in the
   cluster's directory (``launcher``). Its VisibilityOnDemand API server (another fixed path) is off.
 - **Start order**: the managers' informers need their CRDs, which exist only once the API server is up;
-  each launcher waits for ``READY_MARK`` (``install`` writes it once the CRDs are Established), so neither
-  process starts into missing kinds.
+  each launcher waits for ``READY_MARK`` (``start`` writes it once the CRDs are Established), so neither
+  process starts into missing kinds. ``start`` runs at the first check that admits through Kueue, not in the
+  bring-up: until then both processes are an idle launcher, and the bring-up is measured without them.
 """
 from __future__ import annotations
 
 import base64
 import os
 import shlex
+import signal
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 from kubernetes import client
@@ -79,9 +83,10 @@ def crds(module_dir: Path) -> list[dict]:
 
 
 def webhook_configurations(module_dir: Path, component: str, wanted: tuple[str, ...], port: int,
-                           ca_pem: bytes) -> list[tuple[str, dict]]:
+                           ca_pem: bytes, failure_policy: str = "Fail") -> list[tuple[str, dict]]:
     """(collection path, object) of the shipped webhook configurations, pointed at ``port`` on 127.0.0.1 and
-    reduced to ``wanted``; namespaced kinds only in namespaces labelled ``MANAGED_LABEL`` (pure but for reading)."""
+    reduced to ``wanted``; namespaced kinds only in namespaces labelled ``MANAGED_LABEL`` (pure but for reading).
+    ``failure_policy``: as shipped (Fail) unless a negative control asks for Ignore."""
     out = []
     for doc in yaml.safe_load_all((module_dir / WEBHOOKS).read_text()):
         if not doc:
@@ -92,7 +97,8 @@ def webhook_configurations(module_dir: Path, component: str, wanted: tuple[str, 
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook = {**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}",
-                                             "caBundle": base64.b64encode(ca_pem).decode()}}
+                                             "caBundle": base64.b64encode(ca_pem).decode()},
+                    "failurePolicy": failure_policy}
             resources = {r for rule in hook.get("rules") or [] for r in rule.get("resources") or []}
             if resources - CLUSTER_SCOPED - {f"{r}/status" for r in CLUSTER_SCOPED}:
                 hook["namespaceSelector"] = {"matchLabels": {MANAGED_LABEL: "true"}}
@@ -189,11 +195,6 @@ def sign_serving(pki: Path, name: str) -> Path:
     return out
 
 
-def health_urls(ports: dict[str, int]) -> dict[str, str]:
-    return {KUEUE: f"http://127.0.0.1:{ports['kueue_health']}/readyz",
-            JOBSET: f"http://127.0.0.1:{ports['jobset_health']}/readyz"}
-
-
 def _established(api: client.ApiClient, name: str) -> bool:
     crd = get_if_present(api, f"{CRD_PATH}/{name}") or {}
     return any(c["type"] == "Established" and c["status"] == "True"
@@ -236,31 +237,62 @@ def components(cluster_dir: Path, kubeconfig: Path, ports: dict[str, int], qps: 
     return out
 
 
-def install(api: client.ApiClient, cluster_dir: Path) -> None:
-    """Once the API server answers: serving certificates and the CRDs (Established); then the launchers go on
-    (``READY_MARK``). The caller waits for both processes' ``health_urls``, then ``register_webhooks``."""
-    pki = cluster_dir / "pki"
+def start(api: client.ApiClient, kc, failure_policy: str) -> None:
+    """Kueue and JobSet of the embedded cluster ``kc`` (a ``KwokCluster`` whose ``components`` were declared
+    idle), started: serving certificates, the CRDs (Established), then ``READY_MARK`` lets both launchers go on;
+    once both are ready, their webhooks are registered (``failurePolicy: Fail``: registered before, every create
+    of their kinds would be refused). ``failure_policy``: Kueue's webhooks' (Ignore: a negative control)."""
+    pki = kc.directory / "pki"
     for name in (KUEUE, JOBSET):
         sign_serving(pki, name)
-    metrics = cluster_dir / "etc" / KUEUE / "upper" / "kueue" / "metrics" / "certs"   # /etc/kueue/... for Kueue
+    metrics = kc.directory / "etc" / KUEUE / "upper" / "kueue" / "metrics" / "certs"   # /etc/kueue/... for Kueue
     metrics.mkdir(parents=True, exist_ok=True)
     for f in ("tls.crt", "tls.key"):
         (metrics / f).write_bytes((pki / KUEUE / f).read_bytes())
+    dirs = module_dirs()
     names = []
-    for d in module_dirs().values():
+    for d in dirs.values():
         for body in crds(d):
             create_if_absent(api, CRD_PATH, body)
             names.append(body["metadata"]["name"])
     for n in names:
         wait_for(lambda n=n: _established(api, n), timeout=60, interval=0.5, what=f"CRD {n} Established")
-    (cluster_dir / READY_MARK).touch()
-
-
-def register_webhooks(api: client.ApiClient, cluster_dir: Path, ports: dict[str, int]) -> None:
-    """Each process's webhooks, once it serves them (``failurePolicy: Fail``: registered before, every
-    create of their kinds would be refused)."""
-    dirs, ca = module_dirs(), (cluster_dir / "pki" / "ca.crt").read_bytes()
-    for name, wanted, port in ((KUEUE, KUEUE_WEBHOOKS, ports["kueue_webhook"]),
-                               (JOBSET, JOBSET_WEBHOOKS, ports["jobset_webhook"])):
-        for path, body in webhook_configurations(dirs[name], name, wanted, port, ca):
+    (kc.directory / READY_MARK).touch()
+    configs = {name: yaml.safe_load((kc.directory / f"{name}-config.yaml").read_text()) for name in (KUEUE, JOBSET)}
+    kc.wait_healthy({name: f"http://{cfg['health']['healthProbeBindAddress']}/readyz" for name, cfg in configs.items()})
+    ca = (pki / "ca.crt").read_bytes()
+    for name, wanted in ((KUEUE, KUEUE_WEBHOOKS), (JOBSET, JOBSET_WEBHOOKS)):
+        policy = failure_policy if name == KUEUE else "Fail"
+        for path, body in webhook_configurations(dirs[name], name, wanted, configs[name]["webhook"]["port"], ca,
+                                                 policy):
             create_if_absent(api, path, body)
+
+
+def started(kc) -> bool:
+    """Has ``start`` let the cluster's Kueue and JobSet go on?"""
+    return (kc.directory / READY_MARK).exists()
+
+
+def health_url(cluster_dir: Path) -> str:
+    """Kueue's readiness URL, as its configuration in ``cluster_dir`` binds it."""
+    cfg = yaml.safe_load((cluster_dir / f"{KUEUE}-config.yaml").read_text())
+    return f"http://{cfg['health']['healthProbeBindAddress']}/readyz"
+
+
+@contextmanager
+def manager_stopped(kc, supervisor) -> Iterator[None]:
+    """Kueue's manager stopped -- its webhooks and reconcilers with it -- while the block runs, then started
+    again and ready: a check's fault on the embedded cluster (``kc``, a ``KwokCluster``). The supervisor
+    (``clusterproof.cluster.health.Supervisor``) leaves it down meanwhile."""
+    supervisor.pause(KUEUE)
+    try:
+        pid = kc.pids().get(KUEUE)
+        if pid is None:
+            raise HarnessError(f"Kueue is not running before the check stops it: {kc.component_state(KUEUE)}")
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: KUEUE not in kc.pids(), timeout=30, interval=0.2, what="Kueue's manager stopped")
+        yield
+    finally:
+        kc.start_stopped()
+        kc.wait_healthy({KUEUE: health_url(kc.directory)})
+        supervisor.resume(KUEUE)

@@ -58,6 +58,7 @@ from clusterproof.core.processes import (
     owner_alive,
     owner_elsewhere,
 )
+from clusterproof.core.waiting import wait_for
 from clusterproof.kube import access
 from clusterproof.provision import toolchain
 
@@ -254,6 +255,19 @@ class KwokCluster:
         clear_pid_files(self.directory, keep_owned=True, keep=keep)
         return kwokctl("start", "cluster", "--name", self.name, timeout=180, check=False,
                        kubernetes_version=self.kubernetes_version)
+
+    def wait_healthy(self, urls: dict[str, str], timeout: float = 90) -> None:
+        """Every extra component answers its health URL (its log is named if it does not)."""
+        http = component_http(timeout=2.0)
+
+        def healthy(url: str) -> bool:
+            try:
+                return http.request("GET", url).status == 200
+            except urllib3.exceptions.HTTPError:
+                return False
+        for name, url in urls.items():
+            wait_for(lambda u=url: healthy(u), timeout=timeout, interval=0.5,
+                     what=f"{name} healthy at {url} (log: {self.directory / 'logs' / (name + '.log')})")
 
     def component_state(self, name: str) -> str:
         """A component as a failure message names it: running or not, and its last words."""

@@ -21,7 +21,8 @@ RUNS_UNTIL_DELETED = "clusterproof.io/runs-until-deleted"
 PRESETS = "kustomize/stage"
 # kwokctl v0.8.0's defaults, in its order (node-heartbeat-with-lease when nodes hold Leases).
 NODE = ("node/fast/node-initialize.yaml",)
-HEARTBEAT = {True: "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml", False: "node/heartbeat/node-heartbeat.yaml"}
+HEARTBEAT = {True: "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+             False: "node/heartbeat/node-heartbeat.yaml"}
 POD = ("pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
 # kwokctl's default --node-status-update-frequency (KwokctlConfiguration options, before --heartbeat-factor).
 STATUS_UPDATE_MS = 10000

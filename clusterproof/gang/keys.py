@@ -1,7 +1,7 @@
 """The gang-scheduling suite's profile keys (suites/test_gang_scheduling.py); defaults in base.yaml."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -24,7 +24,10 @@ class GangKeys(KeyGroup):
     kueue_admission: bool
     kueue_api_qps: Pos
     kueue_api_burst: Pos
-    kueue_pods_ready_timeout_s: Annotated[int, Field(ge=0)]
+    kueue_pods_ready_timeout_s: Pos
+    kueue_wait_for_pods_ready: bool
+    kueue_webhook_failure_policy: Literal["Fail", "Ignore"]
+    kueue_preemption: Literal["LowerPriority", "Never"]
     kueue_backoff_base_s: Pos
     kueue_backoff_max_s: Pos
 

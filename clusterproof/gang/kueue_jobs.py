@@ -32,6 +32,14 @@ GPU = "nvidia.com/gpu"
 
 
 @dataclass
+class Pool:
+    """A check's own nodes (``clusterproof.cluster.scratch_nodes.ScratchNode``) and the placement that selects
+    them (its ClusterQueue's flavor steers admitted pods there)."""
+    place: Placement
+    nodes: list
+
+
+@dataclass
 class Queues:
     """A ResourceFlavor over a check's nodes, a ClusterQueue with its GPU quota, a LocalQueue in its namespace."""
     namespace: str
@@ -81,10 +89,11 @@ def _active(api: client.ApiClient, path: str) -> bool:
 
 
 def jobset(name: str, run_id: str, queue: str | None, pods: int, gpus: int, priority_class: str | None = None,
-           pod_annotations: dict | None = None) -> dict:
+           pod_annotations: dict | None = None, backoff_limit: int = 0) -> dict:
     """A JobSet of one replicated Job of ``pods`` whole-node GPU ranks (Indexed, all at once), submitted to
     ``queue`` (None: not to Kueue at all -- the negative control's partial start). The ranks run until deleted,
-    as training does (on a kwok node: ``RUNS_UNTIL_DELETED``, else kwok completes a Job's pod as it starts)."""
+    as training does (on a kwok node: ``RUNS_UNTIL_DELETED``, else kwok completes a Job's pod as it starts).
+    ``backoff_limit``: pods the Job replaces before it fails (0: the first lost rank fails the JobSet)."""
     labels = {**({QUEUE_LABEL: queue} if queue else {}), **({PRIORITY_LABEL: priority_class} if priority_class else {})}
     rank = pod_body("rank", run_id, gpus=gpus, restart_policy="Never")
     template = {"metadata": {"labels": dict(rank["metadata"]["labels"]),
@@ -93,8 +102,8 @@ def jobset(name: str, run_id: str, queue: str | None, pods: int, gpus: int, prio
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": metadata(name, run_id, labels),
             "spec": {"network": {"enableDNSHostnames": False},
                      "replicatedJobs": [{"name": "ranks", "replicas": 1, "template": {"spec": {
-                         "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
-                         "template": template}}}]}}
+                         "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+                         "backoffLimit": backoff_limit, "template": template}}}]}}
 
 
 def submit(api: client.ApiClient, ns: str, body: dict) -> dict:
@@ -118,6 +127,13 @@ def pods_within(api: client.ApiClient, ns: str, name: str, seconds: float) -> di
         return {}
 
 
+def ready_pods(api: client.ApiClient, ns: str, name: str) -> tuple[int, int]:
+    """(Ready, all) of the JobSet's pods that are not being deleted."""
+    items = list_raw(api, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": f"{JOBSET_NAME_LABEL}={name}"})["items"]
+    live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    return sum(1 for p in live if condition(p, "Ready").get("status") == "True"), len(live)
+
+
 def workload_of(api: client.ApiClient, ns: str, name: str) -> dict | None:
     """The Workload Kueue made for the JobSet ``name`` (its owner reference), if any yet."""
     for w in list_raw(api, f"{KUEUE_API}/namespaces/{ns}/workloads")["items"]:
@@ -131,12 +147,15 @@ def condition(obj: dict | None, kind: str) -> dict:
 
 
 def describe_workload(w: dict | None) -> str:
-    """One clause: the Workload's admission state, as Kueue says it."""
+    """One clause: the Workload's admission state, as Kueue says it (and its requeues, if any)."""
     if w is None:
         return "no Workload yet"
+    status = w.get("status") or {}
     parts = [f"{c['type']}={c['status']} ({c.get('reason', '')}: {c.get('message', '')[:160]})"
-             for c in (w.get("status") or {}).get("conditions") or []]
-    return f"Workload {w['metadata']['name']}: " + ("; ".join(parts) or "no conditions")
+             for c in status.get("conditions") or []]
+    requeued = (status.get("requeueState") or {}).get("count")
+    return (f"Workload {w['metadata']['name']}: " + ("; ".join(parts) or "no conditions")
+            + (f"; requeued {requeued} time(s)" if requeued else ""))
 
 
 def delete_jobsets(api: client.ApiClient, ns: str, names: list[str]) -> None:

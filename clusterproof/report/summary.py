@@ -34,6 +34,11 @@ from clusterproof.report.origin import Origin, Source, shown
 from clusterproof.report.origin import source as read_source
 
 BAD_OR_SKIPPED = ("failed", "error", "xfailed", "skipped")
+# The gang mechanisms a run judges, side by side (``gang_mechanisms``): a check of the gang suite is a
+# mechanism's by its parameter, every check of the Kueue suite is Kueue's.
+GANG_SUITE, KUEUE_SUITE = "suites/test_gang_scheduling.py", "suites/test_kueue_admission.py"
+GANG_PARAMS = {"coscheduling": "Coscheduling (scheduler-plugins)", "native": "native (Kubernetes Workload API)"}
+KUEUE = "Kueue + JobSet (default scheduler)"
 SUITES_PACKAGE = "clusterproof.suites"
 
 
@@ -140,7 +145,8 @@ def build(state: ReportSession, profile, cluster, run_id: str, exitstatus: int) 
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.started)),
            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "seconds": round(time.time() - state.started, 1), "pytest_exit": int(exitstatus)}
-    return {"schema": compare.SCHEMA, "run": run, "checks": dict(sorted(state.checks.items())),
+    checks = dict(sorted(state.checks.items()))
+    return {"schema": compare.SCHEMA, "run": run, "checks": checks, "gang_mechanisms": gang_mechanisms(checks),
             "figures": state.figures.to_json()}
 
 
@@ -230,6 +236,25 @@ def change_plot(c: compare.Comparison, most: int = 30) -> bytes | None:
     return buf.getvalue()
 
 
+def gang_mechanisms(checks: dict[str, dict]) -> dict[str, dict[str, int]]:
+    """{mechanism: {outcome: count}} of the run's gang checks (pure): which mechanism regressed, at a glance."""
+    out: dict[str, dict[str, int]] = {}
+    for nodeid, chk in checks.items():
+        path = nodeid.partition("::")[0]
+        if path == KUEUE_SUITE:
+            mech = KUEUE
+        elif path == GANG_SUITE:
+            param = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+            mech = next((name for key, name in GANG_PARAMS.items() if key in param.split("-")), None)
+            if mech is None:
+                continue
+        else:
+            continue
+        counts = out.setdefault(mech, {})
+        counts[chk.get("outcome", "?")] = counts.get(chk.get("outcome", "?"), 0) + 1
+    return out
+
+
 def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) -> list[str]:
     """The run in a few lines: checks per suite, what failed, the headline figures, the comparison."""
     per_suite: dict[str, dict[str, int]] = {}
@@ -245,6 +270,12 @@ def terminal_lines(summary: dict, comparison: compare.Comparison | None = None) 
               if r.get("real_nodes") else "") + (f"; {shown(r)}" if shown(r) else "")]
     out.append(text_table(["suite", *kinds], [[suite, *(counts.get(k, 0) or "" for k in kinds)]
                                               for suite, counts in sorted(per_suite.items())], "<" + ">" * len(kinds)))
+    gangs = gang_mechanisms(summary["checks"])
+    if len(gangs) > 1:
+        out.append("gang mechanisms side by side:")
+        out.append(text_table(["mechanism", *kinds], [[m, *(c.get(k, 0) or "" for k in kinds)]
+                                                      for m, c in sorted(gangs.items())], "<" + ">" * len(kinds),
+                              indent="  "))
     bad = [(n, c) for n, c in summary["checks"].items() if c.get("outcome") in ("failed", "error", "xpassed")]
     for _nodeid, chk in bad[:15]:
         out.append(f"  {chk.get('outcome').upper()}: {chk['title']} -- {chk.get('message', '')[:140]}")
