@@ -22,6 +22,21 @@ from clusterproof.kube.client import delete_if_present
 pytestmark = pytest.mark.kueue
 
 
+def test_kueues_webhooks_refuse_a_job_while_kueue_is_down_rather_than_admit_it(cluster, judged_kueue):
+    """Read-only, on any cluster that runs Kueue: every webhook of Kueue's configurations that intercepts the
+    creation of a JobSet or a batch Job fails closed (failurePolicy Fail), so while Kueue is down a job is
+    refused, never started without quota; and a mutating one stands in front of JobSets (it suspends them until
+    admission). Red: a webhook that fails open (Ignore), named with its configuration, or none in front of
+    JobSets."""
+    hooks = kq.kueue_webhooks(cluster.api)
+    assert any(h.which == "mutating" and "jobsets" in h.resources for h in hooks), (
+        f"{judged_kueue}: no mutating webhook of a configuration named *kueue* intercepts JobSet creation, so a "
+        f"JobSet for a queue is not suspended until Kueue admits it (found: {[h.describe() for h in hooks] or 'none'})")
+    open_ = [h.describe() for h in hooks if h.failure_policy != "Fail"]
+    assert not open_, (f"{judged_kueue}: {len(open_)} of Kueue's webhooks fail open -- while Kueue is down, jobs "
+                       f"are created and start without quota: {'; '.join(open_)}")
+
+
 def test_a_jobset_is_admitted_whole_or_not_at_all_under_its_quota(cluster, profile, run_id, kueue_namespace,
                                                                    kueue_nodes, figures):
     """A JobSet that fits its ClusterQueue's quota gets every pod bound; while it runs, a second one of the same

@@ -22,6 +22,7 @@ PREEMPT = "test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of
 REQUEUE = "test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admitted"
 DOWN = "test_with_kueues_webhook_down_a_jobset_is_refused_never_admitted_without_quota"
 TOPOLOGY = "test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted"
+FAIL_CLOSED = "test_kueues_webhooks_refuse_a_job_while_kueue_is_down_rather_than_admit_it"
 
 
 def _run(profile, tmp_path, *sets, select: str, kubeconfig=None, timeout=900):
@@ -31,9 +32,9 @@ def _run(profile, tmp_path, *sets, select: str, kubeconfig=None, timeout=900):
 
 
 def test_the_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path, kueue_started):
-    run = _run(profile, tmp_path, select=f"{WHOLE} or {PREEMPT} or {REQUEUE} or {TOPOLOGY}",
+    run = _run(profile, tmp_path, select=f"{FAIL_CLOSED} or {WHOLE} or {PREEMPT} or {REQUEUE} or {TOPOLOGY}",
                kubeconfig=cluster.kubeconfig)
-    assert run.returncode == 0 and not run.failures and len(run.passed) == 4, run.output[-3000:]
+    assert run.returncode == 0 and not run.failures and len(run.passed) == 5, run.output[-3000:]
 
 
 def test_jobsets_submitted_past_kueue_start_partly_and_the_check_says_so(cluster, profile, tmp_path, kueue_started):
@@ -57,12 +58,15 @@ def test_nodes_without_topology_labels_and_the_check_says_so(cluster, profile, t
     assert "JobSet one-rack" in msg and "0 of" in msg, msg[:3000]
 
 
-def test_kueue_without_pods_ready_deadlocks_and_with_its_webhook_ignored_admits_and_the_checks_say_so(profile,
-                                                                                                       tmp_path):
-    """One embedded cluster of its own, Kueue broken twice: no waitForPodsReady, webhooks failurePolicy Ignore."""
+def test_kueue_without_pods_ready_deadlocks_and_with_its_webhooks_ignored_admits_and_the_checks_say_so(profile,
+                                                                                                        tmp_path):
+    """One embedded cluster of its own, Kueue broken twice: no waitForPodsReady, webhooks failurePolicy Ignore
+    (which the read-only check finds in Kueue's webhook configurations, and the webhook-down check in a JobSet
+    that starts while Kueue is down)."""
     run = _run(profile, tmp_path, "kueue_wait_for_pods_ready=false", "kueue_webhook_failure_policy=Ignore",
-               select=f"{REQUEUE} or {DOWN}")
+               select=f"{REQUEUE} or {DOWN} or {FAIL_CLOSED}")
     assert run.returncode == 1, run.output[-3000:]
-    deadlock, unguarded = run.failures.get(REQUEUE, ""), run.failures.get(DOWN, "")
+    deadlock, unguarded, open_ = (run.failures.get(name, "") for name in (REQUEUE, DOWN, FAIL_CLOSED))
+    assert "of Kueue's webhooks fail open" in open_ and "failurePolicy Ignore" in open_, open_[:3000]
     assert "deadlock: JobSet stuck kept the quota" in deadlock and "JobSet behind" in deadlock, deadlock[:3000]
     assert "JobSet unguarded was created while Kueue's manager was down" in unguarded, unguarded[:3000]

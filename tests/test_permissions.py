@@ -54,7 +54,7 @@ from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
 from tests.test_api_overload_controls import CONTROL as APF_CONTROL
 
-pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]
+pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling, pytest.mark.kueue]
 
 OLD_ROLES = ROOT / "tests" / "data" / "rbac-over-broad.yaml"
 SA_USER = f"system:serviceaccount:{access.HOME}:{access.SERVICE_ACCOUNT}"
@@ -140,7 +140,7 @@ def _audited_call(ev: dict) -> Call:
 
 
 @pytest.fixture(scope="module")
-def guest_runs(cluster, profile, tmp_path_factory) -> dict[str, GuestRun]:
+def guest_runs(cluster, profile, tmp_path_factory, kueue_started) -> dict[str, GuestRun]:
     """Every suite as the ServiceAccount, read-only then destructive, on a cluster set up by an 'SRE'."""
     api, out = cluster.api, {}
     with guest.team_namespaces(api, profile, "sre-perm") as teams:

@@ -96,9 +96,10 @@ def load(args) -> Profile:
 
 
 @contextlib.contextmanager
-def cluster(args, profile: Profile, coscheduling: bool = False,
-            run_id: str | None = None) -> Iterator[backends.Cluster]:
-    """An embedded cluster for this bench (or the existing one ``--cp-kubeconfig`` names), gone afterwards."""
+def cluster(args, profile: Profile, coscheduling: bool = False, run_id: str | None = None,
+            kueue: bool = False) -> Iterator[backends.Cluster]:
+    """An embedded cluster for this bench (or the existing one ``--cp-kubeconfig`` names), gone afterwards;
+    ``kueue``: with Kueue and JobSet declared (idle until ``clusterproof.cluster.kueue.start``)."""
     run_id, c = run_id or new_run_id(), None
     try:
         if args.kubeconfig:
@@ -110,7 +111,7 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
                                           local_sweeps=(sweep_abandoned,))
         else:
             c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling,
-                                        local_sweeps=(sweep_abandoned,))
+                                        kueue_components=kueue, local_sweeps=(sweep_abandoned,))
         yield c
     except HarnessError as e:
         raise fail(e) from None
@@ -120,10 +121,11 @@ def cluster(args, profile: Profile, coscheduling: bool = False,
 
 
 @contextlib.contextmanager
-def namespace(c: backends.Cluster, name: str) -> Iterator[str]:
+def namespace(c: backends.Cluster, name: str, labels: dict | None = None) -> Iterator[str]:
     """A namespace of the run's (created, or claimed from the pool); emptied and given back afterwards (a
-    created one with kube.pods.delete_namespace: its pods and Events first, then the namespace)."""
-    ns = c.namespaces.take(f"bench-{name}")
+    created one with kube.pods.delete_namespace: its pods and Events first, then the namespace). ``labels``:
+    a created one's (a pool namespace cannot be labelled)."""
+    ns = c.namespaces.take(f"bench-{name}", labels)
     try:
         yield ns
     finally:

@@ -28,6 +28,14 @@ class GangKeys(KeyGroup):
     kueue_wait_for_pods_ready: bool
     kueue_webhook_failure_policy: Literal["Fail", "Ignore"]
     kueue_preemption: Literal["LowerPriority", "Never"]
+    # The admission-at-scale bench (clusterproof/bench/kueue.py)
+    kueue_bench_workloads: Pos
+    kueue_bench_pods: Pos
+    kueue_bench_queues: Pos
+    kueue_bench_create_concurrency: Pos
+    kueue_bench_timeout_s: Pos
+    kueue_bench_admit_p99_s: Pos
+    kueue_bench_min_admitted_per_s: Pos
     kueue_backoff_base_s: Pos
     kueue_backoff_max_s: Pos
 

@@ -23,6 +23,11 @@ from clusterproof.kube.client import create_object, delete_if_present, get_if_pr
 from clusterproof.kube.pod_spec import pod_body
 
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+# What Kueue's webhooks must stand in front of: a Job or JobSet created for a queue starts suspended (the
+# mutating webhook) until Kueue admits it.
+GUARDED = {"jobsets", "jobs"}
+VERSION_LABEL = "app.kubernetes.io/version"
 JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -158,11 +163,11 @@ def describe_workload(w: dict | None) -> str:
             + (f"; requeued {requeued} time(s)" if requeued else ""))
 
 
-def delete_jobsets(api: client.ApiClient, ns: str, names: list[str]) -> None:
+def delete_jobsets(api: client.ApiClient, ns: str, names: list[str], timeout: float = 120) -> None:
     """Delete the JobSets (foreground: their Jobs, pods and Workloads with them) and wait until their pods are gone."""
     for name in names:
         delete_if_present(api, f"{JOBSET_API}/namespaces/{ns}/jobsets/{name}", {"propagationPolicy": "Foreground"})
-    wait_for(lambda: [n for n in names if pods_of(api, ns, n)], until=lambda left: not left, timeout=120,
+    wait_for(lambda: [n for n in names if pods_of(api, ns, n)], until=lambda left: not left, timeout=timeout,
              interval=0.5, what=f"pods of JobSets {', '.join(names)} gone")
 
 
@@ -190,3 +195,38 @@ def node_labels(api: client.ApiClient, nodes: list[str], key: str) -> dict[str, 
     """Each node's value of label ``key``."""
     return {n: (get_if_present(api, f"/api/v1/nodes/{n}") or {}).get("metadata", {}).get("labels", {}).get(key)
             for n in nodes}
+
+
+@dataclass
+class Webhook:
+    """One webhook of Kueue's configurations that intercepts the creation of Jobs or JobSets."""
+    configuration: str
+    name: str
+    which: str                   # mutating | validating
+    resources: set[str]
+    failure_policy: str          # as the API server applies it (unset: Fail)
+    version: str | None          # the configuration's app.kubernetes.io/version label, if any
+
+    def describe(self) -> str:
+        return (f"{self.which} webhook {self.name} of {self.configuration} ({', '.join(sorted(self.resources))}): "
+                f"failurePolicy {self.failure_policy}")
+
+
+def kueue_webhooks(api: client.ApiClient) -> list[Webhook]:
+    """The webhooks of the cluster's Kueue (configurations whose name contains "kueue", as Kueue's manifests and
+    chart name them, and the embedded cluster's) that intercept creating a Job or a JobSet."""
+    out = []
+    for which in ("mutating", "validating"):
+        for cfg in list_raw(api, f"{ADMISSION}/{which}webhookconfigurations")["items"]:
+            meta = cfg["metadata"]
+            if "kueue" not in meta["name"]:
+                continue
+            for hook in cfg.get("webhooks") or []:
+                resources = {r for rule in hook.get("rules") or []
+                             if {"CREATE", "*"} & set(rule.get("operations") or [])
+                             for r in rule.get("resources") or []} & GUARDED
+                if resources:
+                    policy = hook.get("failurePolicy") or "Fail"
+                    out.append(Webhook(meta["name"], hook["name"], which, resources, policy,
+                                       (meta.get("labels") or {}).get(VERSION_LABEL)))
+    return out

@@ -20,6 +20,7 @@ class ReportKeys(KeyGroup):
     budget_cluster_scale_s: NonNeg
     budget_burst_pod_creation_s: NonNeg
     budget_gang_scheduling_s: NonNeg
+    budget_kueue_admission_s: NonNeg
     budget_taint_isolation_s: NonNeg
     budget_gpu_preflight_s: NonNeg
     budget_api_overload_s: NonNeg
