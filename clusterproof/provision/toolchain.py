@@ -636,7 +636,8 @@ def ensure_all(progress=progress_lines.say, kubernetes_version: str = KUBERNETES
 
 
 def versions() -> dict[str, str]:
-    return {c.name: c.version for c in COMPONENTS}
+    """Every pinned component's version, those built only when a run needs them (Kueue, JobSet) included."""
+    return {c.name: c.version for c in (*COMPONENTS, KUEUE, JOBSET)}
 
 
 USAGE = ("python -m clusterproof.provision.toolchain [--only NAME[,NAME...]] [--jobs N] [--dry-run] "
