@@ -1,11 +1,14 @@
-"""Training jobs admitted through Kueue: whole or not at all, against quota.
+"""Training jobs admitted through Kueue: whole or not at all against quota, requeued rather than deadlocked,
+preempted whole, refused while Kueue is down, placed in one rack when asked.
 
 A team running a large GPU cluster today admits its training jobs through
 Kueue (quota per ClusterQueue, all-or-nothing admission of a workload) and
 submits them as JobSets; the default kube-scheduler places the pods. The
 embedded cluster runs Kueue v0.17.0 and JobSet v0.11.1 for these checks
-(``clusterproof.cluster.kueue``); each check's ClusterQueue covers a few
-scratch kwok nodes of its own, so its quota and free capacity are exact.
+(``clusterproof.cluster.kueue``); each exact-quota check's ClusterQueue covers
+a few scratch kwok nodes of its own, so its quota and free capacity are exact.
+On a cluster the harness did not build, the read-only webhook check judges the
+cluster's own Kueue and the exact-quota checks are skipped, saying why.
 """
 from __future__ import annotations
 

@@ -85,3 +85,29 @@ def test_consecutive_nodes_share_a_rack_and_consecutive_racks_a_block():
     assert [(g[block], g[rack]) for g in got] == [("block-0", "rack-0"), ("block-0", "rack-0"), ("block-0", "rack-1"),
                                                   ("block-0", "rack-1"), ("block-1", "rack-2"), ("block-2", "rack-4")]
     assert topology_labels(load_profile("smoke", ["topology_nodes_per_rack=0"]), 5) == {}
+
+
+def test_kueues_webhooks_are_found_by_their_configuration_with_policy_and_version(monkeypatch, dirs):
+    """The read-only check's reading: webhooks of configurations named *kueue* that stand in front of creating
+    a Job or JobSet, with the policy the API server applies (unset: Fail) and the chart's version label."""
+    from clusterproof.gang import kueue_jobs as kq
+    ca = b"-----BEGIN CERTIFICATE-----\n"
+    shipped = {which: body for path, body in kueue.webhook_configurations(dirs[kueue.KUEUE], kueue.KUEUE,
+                                                                           kueue.KUEUE_WEBHOOKS, 9443, ca, "Ignore")
+               for which in ("mutating", "validating") if which in path}
+    other = {"metadata": {"name": "jobset-mutating"}, "webhooks": [{"name": "mjobset.kb.io", "rules": [
+        {"operations": ["CREATE"], "resources": ["jobsets"]}]}]}
+    unset = {"metadata": {"name": "kueue-site"}, "webhooks": [
+        {"name": "m.kb.io", "rules": [{"operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]},
+        {"name": "u.kb.io", "rules": [{"operations": ["UPDATE"], "resources": ["jobsets"]}]}]}
+    lists = {"mutating": [shipped["mutating"], other, unset], "validating": [shipped["validating"]]}
+    monkeypatch.setattr(kq, "list_raw", lambda api, path: {"items": lists[
+        "mutating" if "/mutating" in path else "validating"]})
+    hooks = kq.kueue_webhooks(None)
+    by_name = {(h.configuration, h.name): h for h in hooks}
+    assert ("jobset-mutating", "mjobset.kb.io") not in by_name            # not a Kueue configuration
+    assert ("kueue-site", "u.kb.io") not in by_name                       # not in front of creation
+    assert by_name[("kueue-site", "m.kb.io")].failure_policy == "Fail"    # unset: the API server's default
+    ours = by_name[("clusterproof-kueue-mutating", "mjobset.kb.io")]
+    assert ours.failure_policy == "Ignore" and ours.version == "v0.17.0" and ours.resources == {"jobsets"}
+    assert "failurePolicy Ignore" in ours.describe()

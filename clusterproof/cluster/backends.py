@@ -217,10 +217,10 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
             kc.components = coscheduling.components(kc.directory, kc.kubeconfig, profile.gang_scheduler_qps,
                                                     profile.gang_scheduler_burst,
                                                     profile.gang_unschedulable_flush_s, ports)
-        kueue_ports = dict(zip(kueue.PORTS, free_ports(len(kueue.PORTS))))
         if kueue_components:
             kc.components = [*kc.components, *kueue.components(
-                kc.directory, kc.kubeconfig, kueue_ports, profile.kueue_api_qps, profile.kueue_api_burst,
+                kc.directory, kc.kubeconfig, dict(zip(kueue.PORTS, free_ports(len(kueue.PORTS)))),
+                profile.kueue_api_qps, profile.kueue_api_burst,
                 profile.kueue_pods_ready_timeout_s if profile.kueue_wait_for_pods_ready else None,
                 profile.kueue_backoff_base_s,
                 profile.kueue_backoff_max_s)]

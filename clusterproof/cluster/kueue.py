@@ -63,6 +63,10 @@ KUEUE_WEBHOOKS = ("mclusterqueue.kb.io", "mresourceflavor.kb.io", "mworkload.kb.
                   "vclusterqueue.kb.io", "vcohort.kb.io", "vresourceflavor.kb.io", "vworkload.kb.io", "vjob.kb.io",
                   "vjobset.kb.io")
 JOBSET_WEBHOOKS = ("mjobset.kb.io", "vjobset.kb.io")
+# As Kueue's Helm chart labels its objects: how a run reaching this cluster by its kubeconfig alone tells which
+# Kueue it judges.
+VERSION_LABEL = "app.kubernetes.io/version"
+VERSIONS = {KUEUE: toolchain.KUEUE_VERSION, JOBSET: toolchain.JOBSET_VERSION}
 CLUSTER_SCOPED = {"clusterqueues", "resourceflavors", "cohorts", "topologies", "workloadpriorityclasses"}
 
 
@@ -108,7 +112,8 @@ def webhook_configurations(module_dir: Path, component: str, wanted: tuple[str, 
             which = "mutating" if kind.startswith("Mutating") else "validating"
             out.append((f"{ADMISSION}/{which}webhookconfigurations", {
                 "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-                "metadata": {"name": f"clusterproof-{component}-{which}", "labels": dict(OWNED)},
+                "metadata": {"name": f"clusterproof-{component}-{which}",
+                             "labels": {**OWNED, VERSION_LABEL: VERSIONS[component]}},
                 "webhooks": hooks}))
     missing = set(wanted) - {h["name"] for _, c in out for h in c["webhooks"]}
     if missing:
@@ -202,7 +207,7 @@ def _established(api: client.ApiClient, name: str) -> bool:
 
 
 def served(api: client.ApiClient) -> str | None:
-    """The Kueue version a cluster runs, as far as its API says (None: no Kueue)."""
+    """The API version of Kueue a cluster serves (``kueue.x-k8s.io/v1beta2``; None: no Kueue)."""
     found = get_if_present(api, "/apis/kueue.x-k8s.io") or {}
     return (found.get("preferredVersion") or {}).get("groupVersion")
 
@@ -258,13 +263,12 @@ def start(api: client.ApiClient, kc, failure_policy: str) -> None:
     for n in names:
         wait_for(lambda n=n: _established(api, n), timeout=60, interval=0.5, what=f"CRD {n} Established")
     (kc.directory / READY_MARK).touch()
-    configs = {name: yaml.safe_load((kc.directory / f"{name}-config.yaml").read_text()) for name in (KUEUE, JOBSET)}
-    kc.wait_healthy({name: f"http://{cfg['health']['healthProbeBindAddress']}/readyz" for name, cfg in configs.items()})
+    kc.wait_healthy({name: health_url(kc.directory, name) for name in (KUEUE, JOBSET)})
     ca = (pki / "ca.crt").read_bytes()
     for name, wanted in ((KUEUE, KUEUE_WEBHOOKS), (JOBSET, JOBSET_WEBHOOKS)):
         policy = failure_policy if name == KUEUE else "Fail"
-        for path, body in webhook_configurations(dirs[name], name, wanted, configs[name]["webhook"]["port"], ca,
-                                                 policy):
+        port = _config(kc.directory, name)["webhook"]["port"]
+        for path, body in webhook_configurations(dirs[name], name, wanted, port, ca, policy):
             create_if_absent(api, path, body)
 
 
@@ -273,10 +277,14 @@ def started(kc) -> bool:
     return (kc.directory / READY_MARK).exists()
 
 
-def health_url(cluster_dir: Path) -> str:
-    """Kueue's readiness URL, as its configuration in ``cluster_dir`` binds it."""
-    cfg = yaml.safe_load((cluster_dir / f"{KUEUE}-config.yaml").read_text())
-    return f"http://{cfg['health']['healthProbeBindAddress']}/readyz"
+def _config(cluster_dir: Path, name: str) -> dict:
+    """The Configuration ``components`` wrote for ``name`` (KUEUE or JOBSET)."""
+    return yaml.safe_load((cluster_dir / f"{name}-config.yaml").read_text())
+
+
+def health_url(cluster_dir: Path, name: str) -> str:
+    """``name``'s readiness URL, as its configuration in ``cluster_dir`` binds it."""
+    return f"http://{_config(cluster_dir, name)['health']['healthProbeBindAddress']}/readyz"
 
 
 @contextmanager
@@ -293,6 +301,8 @@ def manager_stopped(kc, supervisor) -> Iterator[None]:
         wait_for(lambda: KUEUE not in kc.pids(), timeout=30, interval=0.2, what="Kueue's manager stopped")
         yield
     finally:
-        kc.start_stopped()
-        kc.wait_healthy({KUEUE: health_url(kc.directory)})
-        supervisor.resume(KUEUE)
+        try:
+            kc.start_stopped()
+            kc.wait_healthy({KUEUE: health_url(kc.directory, KUEUE)})
+        finally:
+            supervisor.resume(KUEUE)     # started or not, the supervisor looks after it again

@@ -27,7 +27,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # What Kueue's webhooks must stand in front of: a Job or JobSet created for a queue starts suspended (the
 # mutating webhook) until Kueue admits it.
 GUARDED = {"jobsets", "jobs"}
-VERSION_LABEL = "app.kubernetes.io/version"
+VERSION_LABEL = "app.kubernetes.io/version"    # as Kueue's Helm chart (and the embedded cluster) label them
 JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
