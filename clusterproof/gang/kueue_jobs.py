@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.cluster.kueue import ADMISSION, VERSION_LABEL
 from clusterproof.cluster.stages import RUNS_UNTIL_DELETED
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
@@ -23,11 +24,9 @@ from clusterproof.kube.client import create_object, delete_if_present, get_if_pr
 from clusterproof.kube.pod_spec import pod_body
 
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # What Kueue's webhooks must stand in front of: a Job or JobSet created for a queue starts suspended (the
 # mutating webhook) until Kueue admits it.
 GUARDED = {"jobsets", "jobs"}
-VERSION_LABEL = "app.kubernetes.io/version"    # as Kueue's Helm chart (and the embedded cluster) label them
 JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
