@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from clusterproof import CHECKOUT
-from clusterproof.bench import apf, bringup, burst, knee, preflight, prometheus, watch_bandwidth
+from clusterproof.bench import apf, bringup, burst, knee, kueue, preflight, prometheus, watch_bandwidth
 from clusterproof.core.measurement import Figure
 from clusterproof.report import benchtables
 
@@ -26,7 +26,8 @@ BENCH = CHECKOUT / "reports" / "bench"
 FILES = sorted(BENCH.glob("*.json"))
 # Each committed file's bench, by file name: the function that makes its figures from its data.
 FIGURES = {"apf": apf.figures, "bringup": bringup.figures, "burst": burst.figures,
-           "burst_workers": burst.workers_figures, "knee": knee.figures, "preflight": preflight.figures,
+           "burst_workers": burst.workers_figures, "knee": knee.figures, "kueue": kueue.figures,
+           "preflight": preflight.figures,
            "prometheus": prometheus.figures, "watch_bandwidth": watch_bandwidth.figures}
 
 

@@ -1,11 +1,12 @@
 """Benchmark (not a pass/fail test): Kueue admission at scale -- a burst of JobSets over many ClusterQueues.
 
-Writes ``reports/bench/kueue.json``: on an embedded cluster of ``nodes`` (``--cp-set nodes=7500`` for the
+Writes ``reports/bench/kueue.json``: on an embedded cluster of ``nodes`` (``--cp-profile nightly``: 7,500, for the
 published figure) running Kueue and JobSet as the suite does (``clusterproof.cluster.kueue``, started once the
 cluster is up), ``kueue_bench_queues`` ClusterQueues, each with a LocalQueue in one namespace and quota for its
 share of the burst; then ``kueue_bench_workloads`` JobSets of ``kueue_bench_pods`` whole-node ranks, created at
 once (``kueue_bench_create_concurrency`` at a time), spread round-robin over the queues. Every JobSet fits its
-queue's quota and the cluster's free nodes, so the figures are Kueue's admission speed, not queueing:
+queue's quota and the free nodes of the untainted shared pool (its flavor selects them), so the figures are
+Kueue's admission speed, not queueing:
 
 - from each JobSet's create (when the create returned) to its Workload ``Admitted`` (as a watch of Workloads
   saw it): p50, p99, max (thresholds ``kueue_bench_admit_p99_s``);
@@ -22,7 +23,7 @@ time so that quota turns over; here every workload is a JobSet whose ranks are c
 shared with the whole control plane, and nothing finishes (the burst is admitted once). The README quotes the
 figures side by side.
 
-    python -m clusterproof.bench.kueue [--cp-profile smoke] [--cp-set nodes=7500] [--cp-set key=value ...]
+    python -m clusterproof.bench.kueue [--cp-profile smoke|nightly] [--cp-set key=value ...]
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from clusterproof.bench import common
 from clusterproof.cluster import kueue
+from clusterproof.cluster.node_plan import node_plan
 from clusterproof.core.stats import percentile
 from clusterproof.gang import kueue_jobs as kq
 from clusterproof.gang.gangs import Placement
@@ -72,9 +74,11 @@ def main(argv: list[str]) -> int:
     profile, say = common.load(args), common.say
     n_wl, pods, n_q = profile.kueue_bench_workloads, profile.kueue_bench_pods, profile.kueue_bench_queues
     gpus = profile.node_gpus
-    if n_wl * pods > profile.nodes:
+    shared = next(pool for pool in node_plan(profile) if pool.name == "shared")
+    if n_wl * pods > shared.count:
         raise common.fail(ValueError(f"{n_wl} workloads of {pods} whole-node ranks need {n_wl * pods} nodes, the "
-                                     f"profile has {profile.nodes}: lower kueue_bench_workloads or raise nodes"))
+                                     f"profile's shared pool has {shared.count}: lower kueue_bench_workloads or "
+                                     "raise nodes"))
     with common.cluster(args, profile, kueue=True) as c:
         api, run_id = c.api, c.run_id
         t = time.monotonic()
@@ -83,7 +87,8 @@ def main(argv: list[str]) -> int:
             f"{time.monotonic() - t:.1f} s")
         with common.namespace(c, "kueue", labels={kueue.MANAGED_LABEL: "true"}) as ns:
             per_queue = -(-n_wl // n_q)
-            queues = [kq.make_queues(api, run_id, ns, f"bench-{i:04d}", Placement({}), per_queue * pods * gpus)
+            place = Placement(dict(shared.labels))    # the untainted pool: ranks tolerate no team's taint
+            queues = [kq.make_queues(api, run_id, ns, f"bench-{i:04d}", place, per_queue * pods * gpus)
                       for i in range(n_q)]
             created: dict[str, float] = {}
             admitted: dict[str, float] = {}
