@@ -9,7 +9,7 @@ build prints one line, a failure is one line and exit 8 -- a bad profile or
 
 - the embedded cluster: every toolchain component (kwok, etcd, the control
   plane at the profile's ``kubernetes_version``, the Coscheduling scheduler,
-  the real nodes' kubelet, the mock NVML library), the real nodes' host
+  Kueue and JobSet, the real nodes' kubelet, the mock NVML library), the real nodes' host
   packages and images (root; only when the profile has real nodes);
 - ``--cp-kubeconfig`` (an existing cluster): the mock NVML library (the
   preflight checker runs here, and on a kwok cluster the GPUs are simulated);

@@ -198,8 +198,6 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                                  *kcm_endpoint_args(profile)))
     # every binary first: a build that fails ends the run before anything runs
     toolchain.ensure_all(progress, profile.kubernetes_version)
-    if kueue_components:
-        toolchain.ensure_many([toolchain.KUEUE, toolchain.JOBSET], progress)
     built = real_node_images(profile, progress)
     lease = None
     try:

@@ -235,10 +235,10 @@ def _source_hash(directory: Path) -> str:
 MOCKNVML = Component("mocknvml", GO_NVML_VERSION, ("libnvidia-ml.so.1",),
                      build=f"+src-{_source_hash(MOCKNVML_DIR)}")
 PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus", "promtool"))
-# Built when a profile runs them (kueue_enabled): not every embedded cluster needs them.
+# The Kueue suite's admission pair: started by an embedded cluster whose run collects a check marked kueue.
 KUEUE = Component("kueue", KUEUE_VERSION, ("kueue",))
 JOBSET = Component("jobset", JOBSET_VERSION, ("jobset",))
-COMPONENTS = (KWOK, ETCD, KUBERNETES, KUBELET, SCHEDULER_PLUGINS, PROMETHEUS, MOCKNVML)
+COMPONENTS = (KWOK, ETCD, KUBERNETES, KUBELET, SCHEDULER_PLUGINS, KUEUE, JOBSET, PROMETHEUS, MOCKNVML)
 # Not needed by a run: built when the workflows are linted (make lint-workflows, the self-tests).
 ACTIONLINT = Component("actionlint", ACTIONLINT_VERSION, ("actionlint",))
 # Not needed by a run: the reader of --cp-export perfdata's file in the export self-test (tests/test_export.py):
@@ -591,8 +591,8 @@ def components(kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component,
 def for_run(existing_cluster: bool, prometheus_url: bool,
             kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
     """What a run of the suites uses. The embedded cluster: everything (kwok, etcd, the control plane,
-    the Coscheduling scheduler, the real nodes' kubelet, Prometheus, the mock NVML library: its start
-    builds them all first, clusterproof.cluster.backends.start_embedded). An existing
+    the Coscheduling scheduler, the real nodes' kubelet, Kueue and JobSet, Prometheus, the mock NVML library:
+    its start builds them all first, clusterproof.cluster.backends.start_embedded). An existing
     cluster (--cp-kubeconfig): the mock NVML library (the preflight checker run here, and the simulated GPUs
     of a kwok cluster) and, unless --cp-prometheus-url names the Prometheus under test, Prometheus (the
     embedded one that scrapes the cluster). Nothing of a cluster of the harness's own."""
@@ -607,7 +607,7 @@ def named(name: str) -> Component:
         return kubernetes(name.split("@", 1)[1])
     if name.startswith("kubelet@"):
         return kubelet(name.split("@", 1)[1])
-    by_name = {c.name: c for c in (*COMPONENTS, KUEUE, JOBSET, ACTIONLINT, PERFDATA_READER)}
+    by_name = {c.name: c for c in (*COMPONENTS, ACTIONLINT, PERFDATA_READER)}
     if name not in by_name:
         raise HarnessError(f"no toolchain component {name!r} (known: {', '.join(by_name)}, kubernetes@VERSION)")
     return by_name[name]
@@ -636,8 +636,7 @@ def ensure_all(progress=progress_lines.say, kubernetes_version: str = KUBERNETES
 
 
 def versions() -> dict[str, str]:
-    """Every pinned component's version, those built only when a run needs them (Kueue, JobSet) included."""
-    return {c.name: c.version for c in (*COMPONENTS, KUEUE, JOBSET)}
+    return {c.name: c.version for c in COMPONENTS}
 
 
 USAGE = ("python -m clusterproof.provision.toolchain [--only NAME[,NAME...]] [--jobs N] [--dry-run] "
