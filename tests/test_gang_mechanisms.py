@@ -1,8 +1,11 @@
 """clusterproof.report.summary.gang_mechanisms: Coscheduling, native and Kueue side by side in the summary."""
 from __future__ import annotations
 
+import pytest
+
 from clusterproof.report.summary import GANG_PARAMS, KUEUE, gang_mechanisms, terminal_lines
 
+pytestmark = pytest.mark.selftest
 GANG = "suites/test_gang_scheduling.py::"
 CHECKS = {
     GANG + "test_gang_is_bound_all_together_or_not_at_all[coscheduling]": {"outcome": "passed"},

@@ -7,6 +7,8 @@ import yaml
 from clusterproof.cluster import stages
 from clusterproof.core.errors import HarnessError
 
+pytestmark = pytest.mark.selftest
+
 
 def _stage(name: str, **spec) -> dict:
     return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name}, "spec": spec}
