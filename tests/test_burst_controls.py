@@ -233,6 +233,17 @@ def test_bad_burst_profile_gives_one_readable_line(sets, expected, tmp_path):
     assert run.returncode == 4 and expected in run.output and "Traceback" not in run.output, run.output[-2000:]
 
 
+def _ahead() -> None:
+    """Locust's master counts a worker lost after 3 missed heartbeats, 1 s apart (locust/runners.py
+    HEARTBEAT_LIVENESS, not configurable): on a loaded CI machine a starved worker was lost after 11 s and its
+    share of the burst never made. This test checks the split, not the machine's load, so its processes run
+    ahead of the rest where this user may raise a priority (root), as they are on their own machines."""
+    try:
+        os.nice(-5)
+    except PermissionError:
+        pass
+
+
 def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, namespace, run_id, tmp_path):
     """The multi-machine path, on loopback: a ``--master`` and two ``--worker`` processes over TCP.
 
@@ -258,10 +269,11 @@ def test_locust_master_and_separate_workers_split_the_burst(cluster, profile, na
          "--burst-namespace", namespace, "--burst-run-id", run_id, "--burst-jobs", str(jobs),
          "--burst-job-size", str(size), "--burst-job-prefix", "burst",
          "--burst-node-selector", f"{profile.pool_label}=shared"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_ahead)
     procs = [subprocess.Popen([str(LOCUST), *common, "--worker", "--master-host", "127.0.0.1",
                                "--master-port", str(port)],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              preexec_fn=_ahead)
              for _ in range(workers)]
     try:
         out, _ = master.communicate(timeout=180)
