@@ -112,12 +112,12 @@ LOST = {"key": "check.clusterproof.io/node-lost", "value": "kueue-requeue", "eff
 def test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admitted(cluster, profile, run_id,
                                                                                   kueue_namespace, kueue_nodes,
                                                                                   figures):
-    """waitForPodsReady: JobSet stuck holds the whole quota with every rank Ready, JobSet behind (one rank fewer)
-    waits on the quota. Stuck then loses a rank's node (tainted NoExecute: its rank is evicted, the replacement
-    has nowhere to go). Within Kueue's timeout (``kueue_pods_ready_timeout_s``) stuck is evicted whole and
-    requeued with backoff, and behind is admitted with every pod bound. Red: a deadlock -- stuck keeping the
-    quota with a rank missing while behind waits past the timeout and the bind allowance, both named with
-    Kueue's word on them -- or stuck left partly running, or not requeued."""
+    """waitForPodsReady: JobSet stuck holds the whole quota, every rank Ready; JobSet behind (a rank smaller)
+    waits. Then a node of stuck is lost. Within Kueue's timeout (``kueue_pods_ready_timeout_s``) stuck is
+    evicted whole and requeued with backoff, and behind is admitted with every pod bound. Red: a deadlock
+    (both named, with Kueue's word on each), stuck left partly running, or not requeued."""
+    # The node is lost by a NoExecute taint: its rank is evicted and the replacement has nowhere to go. The
+    # bound is the timeout plus the backoff's base plus gang_bind_timeout_s of slack.
     api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
     timeout = profile.kueue_pods_ready_timeout_s
     q = kq.make_queues(api, run_id, ns, f"requeue-{run_id[-6:]}", kueue_nodes.place, gpu_quota=n * gpus)
@@ -162,11 +162,11 @@ def test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admit
 def test_with_kueues_webhook_down_a_jobset_is_refused_never_admitted_without_quota(cluster, profile, run_id,
                                                                                   kueue_namespace, kueue_nodes,
                                                                                   supervisor, api_guard):
-    """Kueue's manager stopped (its webhooks with it): the API server refuses a JobSet for Kueue's queue --
-    Kueue's webhooks are failurePolicy Fail -- so nothing is created and no pod starts without quota. Kueue
-    is started again afterwards. Red: a JobSet created while Kueue was down, with the pods it started
-    (admitted without quota). Only on the embedded cluster: it stops Kueue. The API servers' 5xx while Kueue is
-    down are excused, and reported: the refused create itself is one, and Kueue's requests cut off by its stop."""
+    """Kueue's manager stopped (its webhooks with it): the API server refuses a JobSet for Kueue's queue, as
+    Kueue's webhooks are failurePolicy Fail, so nothing starts without quota; Kueue is started again after.
+    Red: a JobSet created while Kueue was down, with the pods it started. Only on the embedded cluster."""
+    # The API servers' 5xx while Kueue is down are excused, and reported: the refused create itself is one,
+    # and Kueue's requests cut off by its stop are others.
     if cluster.kwok is None or supervisor is None:
         pytest.skip("stops Kueue's manager, which only the embedded cluster the harness started lets it do")
     api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace

@@ -80,8 +80,10 @@ def test_an_option_added_since_has_no_unprefixed_name(tmp_path):
 # A harness option written without its prefix: ``--set x``, ``--profile=y``, not ``--cp-set`` nor ``kubectl --context``.
 _OLD_SPELLING = r"(?<![\w-])--({})(?=[ =`]|$)"   # as written in prose and command lines (argv lists name aliases)
 # Lines that name another program's own flag of the same name (kubectl, kubelet, the preflight agent's CLI, the
-# Coscheduling controller's argv, kwokctl) or the aliases themselves (fixtures/__init__.py, this module).
-_OTHER_PROGRAMS = ("kubectl", "kubelet", "preflight.agent", "componentsPatches", "--metricsAddr", "kwokctl merges")
+# Coscheduling controller's argv, Kueue's and JobSet's argv, kwokctl) or the aliases themselves
+# (fixtures/__init__.py, this module).
+_OTHER_PROGRAMS = ("kubectl", "kubelet", "preflight.agent", "componentsPatches", "--metricsAddr", "--zap-log-level",
+                   "kwokctl merges")
 _ALIAS_FILES = ("fixtures/__init__.py", "tests/test_options.py")
 
 

@@ -123,7 +123,9 @@ def sans(names: tuple[str, ...]) -> str:
     return ",".join(out)
 
 
-def _sign(pki: Path, name: str, user: str, groups: tuple[str, ...], ext: list[str], rsa: bool) -> None:
+def sign(pki: Path, name: str, user: str, groups: tuple[str, ...], ext: list[str], rsa: bool) -> None:
+    """``<pki>/<name>.{crt,key}`` signed by the cluster's CA: subject ``user`` in ``groups``, X.509 extensions
+    ``ext`` (a client identity here; a serving certificate for clusterproof.cluster.kueue)."""
     key = ["-newkey", "rsa:2048"] if rsa else ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
     _openssl("req", "-new", *key, "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
              "-subj", _subject(user, groups), cwd=pki)
@@ -137,7 +139,7 @@ def _sign(pki: Path, name: str, user: str, groups: tuple[str, ...], ext: list[st
 
 def sign_client(pki: Path, name: str, user: str, groups: tuple[str, ...]) -> None:
     """A client certificate ``<name>.crt`` for ``user`` in ``groups``, signed by the cluster's CA."""
-    _sign(pki, name, user, groups, ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature",
+    sign(pki, name, user, groups, ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature",
                                     "extendedKeyUsage=clientAuth"], rsa=False)
 
 
@@ -149,7 +151,7 @@ def write_pki(pki: Path) -> None:
              "-addext", "basicConstraints=critical,CA:TRUE",
              "-addext", "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign", cwd=pki)
     (pki / "ca.key").chmod(0o600)
-    _sign(pki, "admin", ADMIN_USER, (ADMIN_GROUP,),
+    sign(pki, "admin", ADMIN_USER, (ADMIN_GROUP,),
           ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
            "extendedKeyUsage=serverAuth,clientAuth", f"subjectAltName={sans(ADMIN_SANS + tuple(host_ips()))}"],
           rsa=True)

@@ -192,7 +192,7 @@ def sign_serving(pki: Path, name: str) -> Path:
     """``<pki>/<name>/tls.{crt,key}``: a serving certificate for 127.0.0.1 signed by the cluster's CA."""
     out = pki / name
     out.mkdir(parents=True, exist_ok=True)
-    identities._sign(pki, f"{name}-serving", name, (), [
+    identities.sign(pki, f"{name}-serving", name, (), [
         "basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
         "extendedKeyUsage=serverAuth", f"subjectAltName={sans(('localhost', '127.0.0.1'))}"], rsa=False)
     (pki / f"{name}-serving.crt").rename(out / "tls.crt")
