@@ -336,16 +336,26 @@ def _mod_download(go: str, module: str, work: Path, log: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+# module_dir's answers in this process, by module, version and where Go keeps its module cache: every embedded
+# cluster's start reads kwok's Stage presets, and one `go mod download` per process is enough.
+_MODULE_DIRS: dict[tuple[str, ...], Path] = {}
+
+
 def module_dir(module: str, version: str, why: str) -> Path:
     """Where ``module@version`` is in Go's module cache, downloaded if it is not there yet: the files a run
     reads from a dependency (its CRDs, its webhook configurations; ``why`` says which, for the error)."""
+    key = (module, version, *(os.environ.get(v, "") for v in ("GOMODCACHE", "GOPATH", "HOME")))
+    known = _MODULE_DIRS.get(key)
+    if known is not None and known.is_dir():
+        return known
     with tempfile.TemporaryDirectory(prefix="cp-gomod-") as work:
         proc = subprocess.run([go_binary(), "mod", "download", "-json", f"{module}@{version}"], cwd=work,
                               env=go_env(), capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise HarnessError(f"cannot download Go module {module}@{version} for {why} "
                            f"({(proc.stderr or proc.stdout).strip().splitlines()[-1:]}): check GOPROXY")
-    return Path(json.loads(proc.stdout)["Dir"])
+    _MODULE_DIRS[key] = Path(json.loads(proc.stdout)["Dir"])
+    return _MODULE_DIRS[key]
 
 
 def _build_kwok(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
