@@ -43,8 +43,9 @@ by PromQL over a window equals the one from the kube-apiserver's own
 Against an existing Prometheus (``--cp-prometheus-url``) the first group is
 read-only; the heavy queries run only with ``--cp-allow-destructive``.
 Negative controls: tests/test_prometheus_controls.py runs this suite with
-``prometheus_query_timeout=10m`` (the timeout checks fail, naming the flag
-and the time the query ran) and with a huge ``prometheus_max_samples`` (the
+an embedded Prometheus started with ``--query.timeout=10m`` against the
+required 250 ms (``prometheus_embedded_query_timeout``: the flag check and
+the timeout checks fail, naming the flag and the time the query ran) and with a huge ``prometheus_max_samples`` (the
 max-samples check fails, naming the flag and the samples), and shows the
 RetryError that prometheus-api-client's default retries turn a timeout into.
 """

@@ -227,6 +227,21 @@ def test_debootstrap_checks_signatures_with_the_debian_keyring(tmp_path):
     assert images.MIRROR.startswith("https://"), "no one on the way may serve an older signed Release"
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounts a tmpfs: needs root and mount")
+def test_debootstraps_mounts_keep_their_utab_off_the_host(tmp_path):
+    """The mount command debootstrap runs writes its utab under the build's own directory, never the host's
+    /run/mount (an x- option makes util-linux record the mount in utab, as debootstrap's may)."""
+    env, point = images.debootstrap_env(tmp_path), tmp_path / "point"
+    point.mkdir()
+    had_run_mount = os.path.exists("/run/mount")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "x-clusterproof=1", "none", str(point)], env=env, check=True)
+    try:
+        assert str(point) in (tmp_path / "utab").read_text()
+    finally:
+        subprocess.run(["umount", str(point)], env=env, check=True)
+    assert os.path.exists("/run/mount") == had_run_mount, "the mount command made /run/mount on the host"
+
+
 def test_a_host_without_the_keyring_is_one_line(tmp_path):
     with pytest.raises(HarnessError) as e:
         images.require_keyring(tmp_path / "no-keyring.gpg")

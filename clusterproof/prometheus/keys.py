@@ -15,8 +15,13 @@ def _prom_duration(v: str) -> str:
     return v
 
 
+def _prom_duration_or_empty(v: str) -> str:
+    return v and _prom_duration(v)
+
+
 class PrometheusKeys(KeyGroup):
     prometheus_query_timeout: Annotated[str, AfterValidator(_prom_duration)]
+    prometheus_embedded_query_timeout: Annotated[str, AfterValidator(_prom_duration_or_empty)]
     prometheus_max_samples: Pos
     prometheus_max_concurrency: Pos
     prometheus_gomaxprocs: NonNeg

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -71,8 +71,16 @@ class Limits:
 
     @classmethod
     def of(cls, profile) -> "Limits":
+        """The limits the profile requires of the Prometheus under test."""
         return cls(profile.prometheus_query_timeout, profile.prometheus_max_samples,
                    profile.prometheus_max_concurrency, profile.prometheus_gomaxprocs)
+
+    @classmethod
+    def embedded(cls, profile) -> "Limits":
+        """The flags the embedded Prometheus runs with: the required limits, unless
+        ``prometheus_embedded_query_timeout`` misconfigures its timeout (a negative control)."""
+        return replace(cls.of(profile), query_timeout=profile.prometheus_embedded_query_timeout
+                       or profile.prometheus_query_timeout)
 
     def flags(self) -> list[str]:
         return [f"--query.timeout={self.query_timeout}", f"--query.max-samples={self.max_samples}",

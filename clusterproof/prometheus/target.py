@@ -62,7 +62,7 @@ def existing(url: str, token_file: str | None, ca_file: str | None, limits: Limi
 def embedded(cluster, profile, run_id: str, say):
     """The harness's own Prometheus, scraping ``cluster`` over the profile's backfilled history; stopped
     and its directory removed afterwards, also after Ctrl-C."""
-    limits = Limits.of(profile)
+    limits, flags = Limits.of(profile), Limits.embedded(profile)   # what is required; what it runs with
     # Abandoned Prometheus directories of killed runs: swept when ``cluster`` came up
     # (``clusterproof.prometheus.server.sweep_abandoned``, handed to ``cluster.backends.sweep_local``).
     server = directory = None
@@ -77,7 +77,7 @@ def embedded(cluster, profile, run_id: str, say):
         shape = shape_of(profile)
         with phase(f"prometheus: the {shape.nodes:,}-node history (cached, or built once)"):
             history = prom_history.build(shape, say)
-        server = PromServer(directory, limits, jobs, profile.prometheus_scrape_interval_s)
+        server = PromServer(directory, flags, jobs, profile.prometheus_scrape_interval_s)
         t0 = time.monotonic()
         with phase("prometheus: start the embedded Prometheus over the history, first scrapes"):
             prom_history.link_into(history, server.data_dir)
@@ -85,7 +85,7 @@ def embedded(cluster, profile, run_id: str, say):
             prom = server.client()
             wait_scraped(prom, [j["job_name"] for j in jobs], timeout=3 * profile.prometheus_scrape_interval_s + 30)
         say(f"embedded Prometheus {prom.buildinfo().get('version', '?')} at {server.url} "
-            f"({' '.join(limits.flags())}, GOMAXPROCS {limits.gomaxprocs or 'all'}), ready in "
+            f"({' '.join(flags.flags())}, GOMAXPROCS {flags.gomaxprocs or 'all'}), ready in "
             f"{time.monotonic() - t0:.1f} s over a {history.shape.nodes}-node history "
             f"({history.series:,} series; {'cached' if history.cached else f'built in {history.build_s:.0f} s'})")
         yield PromTarget("embedded", prom, limits, server, history, prom.buildinfo().get("version", "?"),

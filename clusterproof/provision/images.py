@@ -422,6 +422,14 @@ def require_keyring(keyring: Path = KEYRING) -> Path:
     return keyring
 
 
+def debootstrap_env(staging: Path) -> dict[str, str]:
+    """debootstrap's environment. ``LIBMOUNT_UTAB``: the mount and umount commands it runs (proc and sys in
+    the chroot) keep their utab in ``staging``, not in the host's ``/run/mount`` -- which util-linux would
+    otherwise create, and which a cold machine's set-up left on the host (fresh-clone CI, 2026-11-28)."""
+    return {**os.environ, "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive",
+            "LIBMOUNT_UTAB": str(staging / "utab")}
+
+
 def debootstrap_command(rootfs: Path, keyring: Path = KEYRING) -> list[str]:
     """The bootstrap of the checker's Debian base: signatures checked with ``keyring`` or no build at all
     (``--force-check-gpg``: without it a missing keyring is a warning and the packages go unchecked)."""
@@ -547,7 +555,7 @@ def _ensure_base(progress) -> dict:
         rootfs = staging / "rootfs"
         said = _run(debootstrap_command(rootfs, require_keyring()), log,
                     f"debootstrap {SUITE}", f"check that {MIRROR} is reachable and its signatures valid (see the log)",
-                    env={**os.environ, "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"})
+                    env=debootstrap_env(staging))
         signed_by = release_signature(said, log)
         unmount_under(rootfs)
         release = _release_info(rootfs)
