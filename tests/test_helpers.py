@@ -13,7 +13,7 @@ from kubernetes import client
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.config.profile import load_profile
 from clusterproof.core.errors import HarnessError
-from clusterproof.core.stats import histogram_quantile, percentile
+from clusterproof.core.stats import histogram_quantile, percentile, seconds
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.kube import access, apimetrics, node_taints
 from clusterproof.kube import client as kube
@@ -64,6 +64,13 @@ def test_percentile_is_nearest_rank():
     assert percentile(samples, 50) == 50.0
     assert percentile([3.0], 99) == 3.0
     assert math.isnan(percentile([], 99))
+
+
+def test_a_bench_distribution_of_seconds_has_its_count_percentiles_and_maximum():
+    samples = [float(i) / 3 for i in range(1, 101)]
+    assert seconds(samples) == {"n": 100, "p50_s": 16.67, "p99_s": 33.0, "max_s": 33.33}
+    assert seconds(samples, (90,)) == {"n": 100, "p90_s": 30.0, "max_s": 33.33}
+    assert seconds([]) == {"n": 0, "p50_s": None, "p99_s": None, "max_s": None}
 
 
 def test_histogram_delta_keeps_only_series_with_new_calls():

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from clusterproof.bench import common
 from clusterproof.core.attachment import drop
-from clusterproof.core.stats import percentile
+from clusterproof.core.stats import seconds
 from clusterproof.kube import apimetrics
 from clusterproof.preflight.contract import Marks
 from clusterproof.preflight.mock_nvml import FAULTS, FaultFile, checker_env, library_dir, plan_faults, run_checker
@@ -38,6 +38,7 @@ from clusterproof.preflight.run import PreflightRun, remove_waiting_workloads, s
 from clusterproof.report.plots import Plot, Series
 
 REQUESTS = "apiserver_request_total"
+QUANTILES = (50, 90, 99)    # each time distribution of the join and in-service phases
 
 
 def checker_cost(machines: int, sample: int = 20) -> dict:
@@ -81,12 +82,6 @@ def delta(after: dict, before: dict, top: int = 15) -> dict:
 def agent_delta(after: dict, before: dict) -> dict:
     d = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
     return dict(sorted(d.items(), key=lambda kv: -kv[1])) | {"total": sum(d.values())}
-
-
-def dist(values: list[float]) -> dict:
-    pick = lambda q: round(percentile(values, q), 2) if values else None  # noqa: E731
-    return {"n": len(values), "p50_s": pick(50), "p90_s": pick(90), "p99_s": pick(99),
-            "max_s": round(max(values), 2) if values else None}
 
 
 def figures(data: dict) -> list[common.Figure]:
@@ -164,7 +159,8 @@ def main(argv: list[str]) -> int:
             "checker": cost,
             "join": {**joined, "xid_window_ms": profile.preflight_xid_window_ms,
                      "created_and_ready_s": round(created_s, 1), "all_decided_s": round(join_s, 1),
-                     "time_to_quarantine": dist(join.quarantine_s), "time_to_release": dist(join.release_s),
+                     "time_to_quarantine": seconds(join.quarantine_s, QUANTILES),
+                     "time_to_release": seconds(join.release_s, QUANTILES),
                      "problems": join.problems[:20],
                      "agent_checks": s1.get("checks"),
                      "agent_check_ms": (round(1000 * s1["check_seconds"] / s1["checks"], 3)
@@ -175,7 +171,8 @@ def main(argv: list[str]) -> int:
             "in_service": {"faults": len(ins.victims), "cap": profile.preflight_max_unavailable,
                            "replicas_under_pdb": ins.replicas, "waves": [len(w) for w in ins.waves],
                            "most_out_at_once": ins.most_out, "fewest_ready": ins.fewest_ready,
-                           "time_to_cordon": dist(ins.cordon_s), "time_to_drained": dist(ins.drained_s),
+                           "time_to_cordon": seconds(ins.cordon_s, QUANTILES),
+                           "time_to_drained": seconds(ins.drained_s, QUANTILES),
                            "phase_s": round(ins_s, 1),
                            "active_period_s": profile.preflight_active_period_s,
                            "sweep_s_last": sweeps[-1]["seconds"] if sweeps else None,

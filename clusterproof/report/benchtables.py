@@ -429,6 +429,8 @@ BLOCKS: dict[str, Block] = {
          "{workloads:n} ({pods:n}) over {cluster_queues:n}, on {nodes:n}"),
         ("admitted", "{admitted:n}"),
         ("create → Admitted p50 / p99 / max", "{admit_p50_s} / **{admit_p99_s}** / {admit_max_s}"),
+        ("- p99 by the objects' own timestamps (JobSet created, Workload Admitted; to the second)",
+         "{admit_p99_by_timestamps_s}"),
         ("admitted per second, first create to last admission", "**{admitted_per_s}**"),
         ("first create → every rank bound", "{all_bound_s}"))),),
         notes=("Kueue's own performance CI admits 50,000 Workloads over 1,000 ClusterQueues in about 1,179 s "
