@@ -111,3 +111,13 @@ def test_kueues_webhooks_are_found_by_their_configuration_with_policy_and_versio
     ours = by_name[("clusterproof-kueue-mutating", "mjobset.kb.io")]
     assert ours.failure_policy == "Ignore" and ours.version == "v0.17.0" and ours.resources == {"jobsets"}
     assert "failurePolicy Ignore" in ours.describe()
+
+
+def test_the_admission_benchs_cpu_window_names_each_process_and_how_busy_the_cores_were():
+    from clusterproof.bench.kueue import MACHINE, cpu_window
+    a = {"kueue": 10.0, "kube-apiserver": 100.0, "harness": 5.0, MACHINE: 1000.0, "_at": 50.0}
+    b = {"kueue": 40.0, "kube-apiserver": 150.0, "harness": 6.0, "jobset": 2.0, MACHINE: 1090.0, "_at": 100.0}
+    w = cpu_window(a, b, cpus=2)
+    assert w == {"seconds": 50.0, "busy_share": 0.9,
+                 "cpu_s_by_process": {"kube-apiserver": 50.0, "kueue": 30.0, "jobset": 2.0, "harness": 1.0}}
+    assert list(w["cpu_s_by_process"]) == ["kube-apiserver", "kueue", "jobset", "harness"]   # largest first

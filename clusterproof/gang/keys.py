@@ -36,6 +36,7 @@ class GangKeys(KeyGroup):
     kueue_bench_timeout_s: Pos
     kueue_bench_admit_p99_s: Pos
     kueue_bench_min_admitted_per_s: Pos
+    kueue_bench_pods_ready_timeout_s: Pos
     kueue_backoff_base_s: Pos
     kueue_backoff_max_s: Pos
 

@@ -432,7 +432,10 @@ BLOCKS: dict[str, Block] = {
         ("- p99 by the objects' own timestamps (JobSet created, Workload Admitted; to the second)",
          "{admit_p99_by_timestamps_s}"),
         ("admitted per second, first create to last admission", "**{admitted_per_s}**"),
-        ("first create → every rank bound", "{all_bound_s}"))),),
+        ("first create → every rank bound; Workloads evicted on the way", "{all_bound_s}; {evicted:n}"),
+        ("first create → last admission: cores busy; CPU-s of Kueue, kube-apiserver, etcd, JobSet, the harness",
+         "{admission_machine_busy_percent}; {admission_cpu_s[kueue]}, {admission_cpu_s[kube-apiserver]}, "
+         "{admission_cpu_s[etcd]}, {admission_cpu_s[jobset]}, {admission_cpu_s[harness]}"))),),
         notes=("Kueue's own performance CI admits 50,000 Workloads over 1,000 ClusterQueues in about 1,179 s "
                "(threshold 1,416 s), about 42 a second, and its topology run 15,000 on 640 nodes in about 401 s "
                "(37 a second): Workloads created directly, no JobSet, Job, pod or scheduler, on a CI machine of "
