@@ -255,6 +255,9 @@ def test_report_titles_are_sentences_and_docstrings_read_as_html():
     api = types.SimpleNamespace(originalname="test_mutating_api_calls_meet_the_slo",
                                 name="test_mutating_api_calls_meet_the_slo")
     assert sentence(api) == "Mutating API calls meet the SLO"
+    kueue = types.SimpleNamespace(originalname="test_kueues_webhooks_refuse_a_jobset",
+                                  name="test_kueues_webhooks_refuse_a_jobset")
+    assert sentence(kueue) == "Kueue's webhooks refuse a JobSet"
 
 
 def test_a_suites_failure_message_is_its_own_sentence():

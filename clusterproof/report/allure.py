@@ -72,7 +72,8 @@ _SPELLED = {"api": "API", "apis": "APIs", "slo": "SLO", "slos": "SLOs", "gpu": "
             "pcie": "PCIe", "nvlink": "NVLink", "p99": "p99", "5xx": "5xx", "ip": "IP", "ips": "IPs",
             "promql": "PromQL", "prometheus": "Prometheus", "endpointslice": "EndpointSlice",
             "endpointslices": "EndpointSlices", "noexecute": "NoExecute", "noschedule": "NoSchedule",
-            "kubelet": "kubelet", "wal": "WAL", "rss": "RSS", "json": "JSON"}
+            "kubelet": "kubelet", "wal": "WAL", "rss": "RSS", "json": "JSON",
+            "kueue": "Kueue", "kueues": "Kueue's", "jobset": "JobSet", "jobsets": "JobSets"}
 
 
 def sentence(item) -> str:
