@@ -6,7 +6,7 @@ cluster is up), ``kueue_bench_queues`` ClusterQueues, each with a LocalQueue in 
 share of the burst; then ``kueue_bench_workloads`` JobSets of ``kueue_bench_pods`` whole-node ranks, created at
 once (``kueue_bench_create_concurrency`` at a time), spread round-robin over the queues. Every JobSet fits its
 queue's quota and the free nodes of the untainted shared pool (its flavor selects them), so the figures are
-Kueue's admission speed, not queueing:
+Kueue's admission speed, not a wait for quota:
 
 - from each JobSet's create (when the create returned) to its Workload ``Admitted`` (as a watch of Workloads
   saw it): p50, p99, max (thresholds ``kueue_bench_admit_p99_s``);
