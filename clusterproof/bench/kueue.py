@@ -114,8 +114,7 @@ def main(argv: list[str]) -> int:
             lock = threading.Lock()
 
             def seen(_kind: str, w: dict) -> None:
-                owner = next((o["name"] for o in w["metadata"].get("ownerReferences") or []
-                              if o.get("kind") == "JobSet"), None)
+                owner = jobset_of(w)
                 if owner and kq.condition(w, "Admitted").get("status") == "True":
                     with lock:
                         admitted.setdefault(owner, time.time())
@@ -142,12 +141,12 @@ def main(argv: list[str]) -> int:
                     f"(creates took {t_created - t0:.1f} s)")
                 per_workload = {n: admitted[n] - created[n] for n in sorted(created) if n in admitted}
                 latencies = list(per_workload.values())
-                by_objects = seconds(admission_by_timestamps(api, ns)[0])
+                by_objects = seconds(admission_by_timestamps(api, ns, informer.snapshot()))
                 say(f"create -> Admitted p99 {seconds(latencies)['p99_s']} s as the harness saw it, "
                     f"{by_objects['p99_s']} s by the objects' own timestamps (1 s resolution)")
                 bound = _wait_bound(ranks, n_wl * pods, profile.kueue_bench_timeout_s)
                 t_bound, cpu2 = time.time(), cpu_reading(c.kwok.pids())
-                evicted = admission_by_timestamps(api, ns)[1]
+                evicted = sum(1 for w in informer.snapshot() if kq.condition(w, "Evicted"))   # ever, any reason
             finally:
                 informer.stop()
                 ranks.stop()
@@ -196,22 +195,26 @@ def cpu_window(a: dict[str, float], b: dict[str, float], cpus: int) -> dict:
             "cpu_s_by_process": dict(sorted(used.items(), key=lambda kv: -kv[1]))}
 
 
-def admission_by_timestamps(api, ns: str) -> tuple[list[float], int]:
+def jobset_of(workload: dict) -> str | None:
+    """The JobSet a Workload stands for (its owner), if any."""
+    return next((o["name"] for o in workload["metadata"].get("ownerReferences") or [] if o.get("kind") == "JobSet"),
+                None)
+
+
+def admission_by_timestamps(api, ns: str, workloads: list[dict]) -> list[float]:
     """Each admitted JobSet's ``creationTimestamp`` (the API server's) to its Workload's ``Admitted``
-    ``lastTransitionTime`` (Kueue's), in whole seconds: the second instrument; and how many Workloads Kueue
-    has evicted (an ``Evicted`` condition, any reason)."""
+    ``lastTransitionTime`` (Kueue's), in whole seconds: the second instrument. ``workloads``: the Workloads
+    as the bench's informer holds them (only the JobSets are listed)."""
     from clusterproof.core.timeparse import parse_time
     from clusterproof.kube.client import list_all
     made = {j["metadata"]["name"]: parse_time(j["metadata"]["creationTimestamp"])
             for j in list_all(api, f"{kq.JOBSET_API}/namespaces/{ns}/jobsets")}
-    out, evicted = [], 0
-    for w in list_all(api, f"{kq.KUEUE_API}/namespaces/{ns}/workloads"):
-        owner = next((o["name"] for o in w["metadata"].get("ownerReferences") or [] if o.get("kind") == "JobSet"), None)
-        admitted = kq.condition(w, "Admitted")
-        evicted += bool(kq.condition(w, "Evicted"))
+    out = []
+    for w in workloads:
+        owner, admitted = jobset_of(w), kq.condition(w, "Admitted")
         if owner in made and admitted.get("status") == "True":
             out.append((parse_time(admitted["lastTransitionTime"]) - made[owner]).total_seconds())
-    return out, evicted
+    return out
 
 
 def _wait_bound(ranks: Informer, want: int, timeout: float) -> int:
