@@ -73,6 +73,19 @@ def test_a_modules_work_is_what_grew_between_its_two_snapshots():
     assert lines[0].split()[:2] == ["suite", "time"] and "burst_pod_creation" in lines[-1]
 
 
+def test_a_modules_peak_memory_is_each_components_peak_at_its_end():
+    status = "Name:\tkube-apiserver\nVmPeak:\t 9000000 kB\nVmHWM:\t 3145728 kB\nVmRSS:\t 2000000 kB\n"
+    assert apiwork.peak_rss_bytes(status) == 3 * 2**30
+    assert apiwork.peak_rss_bytes("Name:\tkthreadd\n") is None      # a kernel thread has none
+    a = Snapshot(0.0, Counter(), None, {}, {"kube-apiserver": 2**30})
+    b = Snapshot(1.0, Counter(), None, {}, {"kube-apiserver": 3 * 2**30, "etcd": 512 * 2**20})
+    w = ModuleWork.between("x", a, b)
+    assert w.row()["peak_rss_mib"] == {"etcd": 512, "kube-apiserver": 3072}
+    assert "kube-apiserver 3,072 MiB, etcd 512 MiB" in w.report()
+    me = apiwork.components_peak_rss({"me": __import__("os").getpid(), "gone": 2**22 + 1})
+    assert set(me) == {"me"} and me["me"] > 2**20
+
+
 def test_unreadable_server_counters_are_said_not_zero():
     a = Snapshot(0.0, Counter(), None, {})
     b = Snapshot(1.0, Counter({("get", "nodes"): 1}), scrape(), {})

@@ -14,7 +14,9 @@ instruments that do not share a blind spot:
   (``apiserver_watch_events_total``, their bytes from
   ``apiserver_watch_events_sizes``);
 - the CPU seconds each embedded component used (``/proc``, through psutil),
-  and the harness's with the processes it started.
+  and the harness's with the processes it started; and each component's
+  peak resident memory so far (``VmHWM``), the price of the memory the Go
+  runtime is given for CPU (profile key ``component_go_env``).
 
 ``control_plane_guard`` (``ModuleGuard``) takes a ``Snapshot`` when a module
 starts and ``work`` when it ends; the row goes to the report (an attachment
@@ -26,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
@@ -94,6 +97,27 @@ def components_cpu_s(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def peak_rss_bytes(status: str) -> int | None:
+    """A process's peak resident memory from its /proc/<pid>/status text (``VmHWM``; pure)."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024    # the kernel writes it in kB (KiB)
+    return None
+
+
+def components_peak_rss(pids: dict[str, int]) -> dict[str, int]:
+    """Each component's peak resident memory since it started, in bytes (one not running is left out)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            peak = peak_rss_bytes(Path(f"/proc/{pid}/status").read_text())
+        except OSError:
+            continue
+        if peak is not None:
+            out[name] = peak
+    return out
+
+
 def minus(after: Counter | dict, before: Counter | dict) -> dict:
     """What grew between two readings (a counter that went back -- a restarted process -- is left out)."""
     return {k: round(v - before.get(k, 0.0), 3) for k, v in after.items() if v - before.get(k, 0.0) > 0}
@@ -106,11 +130,12 @@ class Snapshot:
     harness_calls: Counter
     metrics: str | None            # the apiserver's counters (SCRAPED), None if unreadable
     cpu: dict[str, float]          # component -> CPU seconds; HARNESS too
+    peak_rss: dict[str, int] = field(default_factory=dict)   # component -> bytes, its peak since it started
 
     @classmethod
     def take(cls, calls, metrics: str | None, pids: dict[str, int]) -> "Snapshot":
         return cls(time.monotonic(), calls.by_verb_and_resource() if calls is not None else Counter(), metrics,
-                   {**components_cpu_s(pids), HARNESS: harness_cpu_s()})
+                   {**components_cpu_s(pids), HARNESS: harness_cpu_s()}, components_peak_rss(pids))
 
 
 @dataclass
@@ -123,12 +148,13 @@ class ModuleWork:
     watch_events: dict[str, float] = field(default_factory=dict)
     watch_bytes: dict[str, float] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    peak_rss: dict[str, int] = field(default_factory=dict)   # each component's peak since it started, at the end
 
     @classmethod
     def between(cls, suite: str, a: Snapshot, b: Snapshot) -> "ModuleWork":
         key = " ".join
         harness = {key(k): v for k, v in minus(b.harness_calls, a.harness_calls).items()}
-        work = cls(suite, round(b.at - a.at, 1), harness, cpu_s=minus(b.cpu, a.cpu))
+        work = cls(suite, round(b.at - a.at, 1), harness, cpu_s=minus(b.cpu, a.cpu), peak_rss=b.peak_rss)
         if a.metrics is not None and b.metrics is not None:
             work.apiserver = {key(k): v for k, v in minus(served(b.metrics), served(a.metrics)).items()}
             (ev_b, sz_b), (ev_a, sz_a) = watch_events(b.metrics), watch_events(a.metrics)
@@ -155,6 +181,7 @@ class ModuleWork:
                 "control_plane_cpu_s": self.control_plane_cpu_s(),
                 "harness_cpu_s": round(self.cpu_s.get(HARNESS, 0.0), 1),
                 "cpu_s": {k: round(v, 1) for k, v in sorted(self.cpu_s.items())},
+                "peak_rss_mib": {k: round(v / 2**20) for k, v in sorted(self.peak_rss.items())},
                 "harness": dict(sorted(self.harness.items(), key=lambda kv: -kv[1])),
                 "apiserver": dict(sorted((self.apiserver or {}).items(), key=lambda kv: -kv[1])),
                 "watch_events_by_resource": dict(sorted(self.watch_events.items(), key=lambda kv: -kv[1]))}
@@ -169,6 +196,9 @@ class ModuleWork:
                  + f"; watch events sent: {r['watch_events']:,} ({r['watch_mib']} MiB)",
                  "CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in
                                              sorted(self.cpu_s.items(), key=lambda kv: -kv[1]))]
+        if self.peak_rss:
+            lines.append("peak resident memory since each component started: " + ", ".join(
+                f"{k} {v / 2**20:,.0f} MiB" for k, v in sorted(self.peak_rss.items(), key=lambda kv: -kv[1])))
         for title, rows in (("harness requests", self.harness), ("served by kube-apiserver", self.apiserver or {}),
                             ("watch events sent", self.watch_events)):
             top = sorted(rows.items(), key=lambda kv: -kv[1])[:TOP]
