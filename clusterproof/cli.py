@@ -1,8 +1,8 @@
 """``clusterproof``: the jobs that are not a pytest run, and the suites from the installed package.
 
     clusterproof run [PYTEST ARGS]       the shipped suites (pytest --pyargs clusterproof.suites)
-    clusterproof bench NAME [ARGS]       a benchmark: apf, bringup, burst, knee, kueue, preflight, prometheus,
-                                         watch_bandwidth
+    clusterproof bench NAME [ARGS]       a benchmark: apf, bringup, burst, knee, kueue, nightly (a finished
+                                         run's records), preflight, prometheus, watch_bandwidth
     clusterproof compare [ARGS]          a run's summary against a baseline
     clusterproof upgrade [ARGS]          the same profile at two Kubernetes versions, compared
     clusterproof sweep                   remove every embedded cluster a dead run left
@@ -43,7 +43,7 @@ JOBS = {
     "load-worker": "clusterproof.core.loadworker",
     "profile": "clusterproof.cluster.site_profile",
 }
-BENCHES = ("apf", "bringup", "burst", "knee", "kueue", "preflight", "prometheus", "watch_bandwidth")
+BENCHES = ("apf", "bringup", "burst", "knee", "kueue", "nightly", "preflight", "prometheus", "watch_bandwidth")
 
 
 def _usage(message: str) -> int:

@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from clusterproof import CHECKOUT
-from clusterproof.bench import apf, bringup, burst, knee, kueue, preflight, prometheus, watch_bandwidth
+from clusterproof.bench import apf, bringup, burst, knee, kueue, nightly, preflight, prometheus, watch_bandwidth
 from clusterproof.core.measurement import Figure
 from clusterproof.report import benchtables
 
@@ -27,12 +27,12 @@ FILES = sorted(BENCH.glob("*.json"))
 # Each committed file's bench, by file name: the function that makes its figures from its data.
 FIGURES = {"apf": apf.figures, "bringup": bringup.figures, "burst": burst.figures,
            "burst_workers": burst.workers_figures, "knee": knee.figures, "kueue": kueue.figures,
-           "preflight": preflight.figures,
+           "nightly": nightly.figures, "preflight": preflight.figures,
            "prometheus": prometheus.figures, "watch_bandwidth": watch_bandwidth.figures}
 
 
 def _bench(path) -> str:
-    return "bringup" if path.stem.startswith("bringup") else path.stem
+    return next((b for b in ("bringup", "nightly") if path.stem.startswith(b)), path.stem)
 
 
 def test_there_are_bench_files():

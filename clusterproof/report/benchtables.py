@@ -309,6 +309,10 @@ def render(block: Block, files: list[BenchFile]) -> str:
 T = Table
 COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler")
 PROCESSES = (*COMPONENTS, "harness (this process)")
+NIGHTLY_SUITES = ("api_overload", "burst_pod_creation", "cluster_scale", "gang_scheduling", "gpu_preflight",
+                  "kueue_admission", "prometheus_limits", "real_nodes", "taint_isolation", "watch_bandwidth")
+NIGHTLY_COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler",
+                      "coscheduling-scheduler", "podgroup-controller", "kueue", "jobset")
 
 BLOCKS: dict[str, Block] = {
     "bringup": Block("bringup*.json", (T("bring-up", columns="file", rows=(
@@ -442,6 +446,21 @@ BLOCKS: dict[str, Block] = {
                "many cores. Here each is a JobSet whose ranks are made and bound, on two cores shared with the "
                "whole control plane.",),
         versions=("kueue", "jobset")),
+    "nightly": Block("nightly*.json", (T("the nightly, suite by suite", columns="file", rows=(
+        ("the suites' wall clock (pytest; bring-up included)", "**{suites_s}**"),
+        ("checks passed / failed / strict xfail / skipped",
+         "{checks[passed]:n} / {checks[failed]:n} / {checks[xfailed]:n} / {checks[skipped]:n}"),
+        ("embedded cluster bring-up (7,500 nodes created, Ready and schedulable)", "{bringup_s}"),
+        ("- first create to all Ready=True / all schedulable", "{ready_s} / {schedulable_s}"),
+        *((f"{s.replace('_', ' ')}", f"{{suite_s[{s}]}}") for s in NIGHTLY_SUITES),
+        ("the suites' modules: wall clock; the machine's cores busy (components and harness)",
+         "{modules_s}; {busy_percent}"),
+        ("- CPU-s of the control plane", "**{control_plane_cpu_s}**"),
+        *((f"- - of it {c}", f"{{cpu_s[{c}]}}") for c in NIGHTLY_COMPONENTS),
+        ("- CPU-s of the harness (with its locust workers)", "{cpu_s[harness]}"),
+        *((f"{c} peak RSS", f"{{peak_rss[{c}]}}") for c in sorted(COMPONENTS)),
+    )),), notes=("Each column is one `./proof run` on profile nightly, read from its own records (summary.json, "
+                 "api-work.json, the report's environment); the Go runtime each ran with is in its source line.",)),
     "preflight": Block("preflight.json", (T("GPU preflight", rows=(
         ("checker, simulated machines (faulty) in one process", "{checker_machines:n} ({checker_faulty:n})"),
         ("- its time, a machine; wrong verdicts",
