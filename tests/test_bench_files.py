@@ -88,3 +88,45 @@ def test_a_cell_template_fills_formats_and_leaves_out_what_has_no_value():
     t = benchtables.Table("x", rows=(("p99", "{p99}"),), columns="qualifier")
     assert benchtables.render_table(t, [benchtables.BenchFile(BENCH / "x.json", {}, figs)]).splitlines() == [
         "| x | a | b |", "|---|---|---|", "| p99 (≤ 2 s) | 1.5 s | -- |"]
+
+
+def _run_dir(tmp_path, modules, outcomes=("passed", "passed", "xfailed")):
+    """A finished run's records as ./proof run leaves them (the fields the nightly bench reads)."""
+    run = tmp_path / "run"
+    (run / "allure-results").mkdir(parents=True)
+    figures = {"time :: embedded cluster bring-up": {"value": 120.0}, "time :: gang_scheduling": {"value": 300.0},
+               nightly.SCALE + nightly.READY: {"value": 70.0}, "other :: x": {"value": 1.0}}
+    (run / "summary.json").write_text(json.dumps({
+        "run": {"id": "r1", "profile": "nightly", "seconds": 1000.0, "pytest_exit": 0, "backend": "kwok",
+                "nodes": 7500, "kubernetes": "v1.35.4", "simulated": True, "finished": "2026-11-28T22:00:00Z"},
+        "checks": {f"c{i}": {"outcome": o} for i, o in enumerate(outcomes)}, "figures": figures}))
+    (run / "api-work.json").write_text(json.dumps({"run": {}, "modules": modules}))
+    (run / "allure-results" / "environment.properties").write_text("go.runtime=kube-apiserver GOGC=400\n")
+    return run
+
+
+def test_the_nightly_bench_reads_a_runs_own_records(tmp_path):
+    modules = [{"seconds": 100.0, "cpu_s": {"kube-apiserver": 80.0, "etcd": 20.0, "harness": 20.0},
+                "peak_rss_mib": {"kube-apiserver": 1000}},
+               {"seconds": 200.0, "cpu_s": {"kube-apiserver": 160.0, "harness": 20.0},
+                "peak_rss_mib": {"kube-apiserver": 3000, "etcd": 200}}]
+    data = nightly.read_run(_run_dir(tmp_path, modules))
+    assert data["go_runtime"] == "kube-apiserver GOGC=400" and data["outcomes"] == {"passed": 2, "xfailed": 1}
+    assert set(data["figures"]) == {"time :: embedded cluster bring-up", "time :: gang_scheduling",
+                                    nightly.SCALE + nightly.READY}
+    figs = {f.name: f for f in nightly.figures({**data, "cpus": 2})}
+    assert figs["suites_s"].value == 1000.0 and figs["suites_s"].verdict == "beyond"      # 15 min: 900 s
+    assert figs["suite_s[gang_scheduling]"].value == 300.0 and figs["bringup_s"].value == 120.0
+    assert figs["schedulable_s"].value is None and figs["checks[failed]"].value == 0
+    assert figs["control_plane_cpu_s"].value == 260.0 and figs["cpu_s[harness]"].value == 40.0
+    assert figs["busy_percent"].value == pytest.approx(100 * 300 / 600)      # 300 CPU-s over 300 s on 2 cores
+    # The peak of each component over the run: the largest of its modules' readings.
+    assert figs["peak_rss[kube-apiserver]"].value == 3000 * 2**20 and figs["peak_rss[etcd]"].value == 200 * 2**20
+
+
+def test_the_nightly_bench_refuses_a_directory_without_a_runs_records_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        nightly.main([str(tmp_path), "--out", str(tmp_path / "n.json")])
+    assert e.value.code == 4 and not (tmp_path / "n.json").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a finished run" in err[0] and "out/runs/<run id>" in err[0]
