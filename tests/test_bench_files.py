@@ -106,9 +106,10 @@ def _run_dir(tmp_path, modules, outcomes=("passed", "passed", "xfailed")):
 
 
 def test_the_nightly_bench_reads_a_runs_own_records(tmp_path):
-    modules = [{"seconds": 100.0, "cpu_s": {"kube-apiserver": 80.0, "etcd": 20.0, "harness": 20.0},
+    modules = [{"suite": "gang_scheduling", "seconds": 100.0,
+                "cpu_s": {"kube-apiserver": 80.0, "etcd": 20.0, "harness": 20.0},
                 "peak_rss_mib": {"kube-apiserver": 1000}},
-               {"seconds": 200.0, "cpu_s": {"kube-apiserver": 160.0, "harness": 20.0},
+               {"suite": "taint_isolation", "seconds": 200.0, "cpu_s": {"kube-apiserver": 160.0, "harness": 20.0},
                 "peak_rss_mib": {"kube-apiserver": 3000, "etcd": 200}}]
     data = nightly.read_run(_run_dir(tmp_path, modules))
     assert data["go_runtime"] == "kube-apiserver GOGC=400" and data["outcomes"] == {"passed": 2, "xfailed": 1}
@@ -119,6 +120,7 @@ def test_the_nightly_bench_reads_a_runs_own_records(tmp_path):
     assert figs["suite_s[gang_scheduling]"].value == 300.0 and figs["bringup_s"].value == 120.0
     assert figs["schedulable_s"].value is None and figs["checks[failed]"].value == 0
     assert figs["control_plane_cpu_s"].value == 260.0 and figs["cpu_s[harness]"].value == 40.0
+    assert figs["suite_cpu_s[gang_scheduling]"].value == 120.0 and figs["suite_cpu_s[taint_isolation]"].value == 180.0
     assert figs["busy_percent"].value == pytest.approx(100 * 300 / 600)      # 300 CPU-s over 300 s on 2 cores
     # The peak of each component over the run: the largest of its modules' readings.
     assert figs["peak_rss[kube-apiserver]"].value == 3000 * 2**20 and figs["peak_rss[etcd]"].value == 200 * 2**20

@@ -14,9 +14,9 @@ CPU-seconds per component and each component's peak resident memory, read from `
 environment records.
 
 Figures: the suites' wall clock (pytest, bring-up included; against issue 39's 15-minute target), the
-bring-up and each suite's time, the checks' outcomes, the CPU-seconds of the suites (control plane by
-component, and the harness with its locust) and how busy the machine's cores were over them, and each
-component's peak resident memory over the run.
+bring-up and each suite's time and CPU-seconds (control plane and harness), the checks' outcomes, the
+CPU-seconds of the suites by component (and the harness with its locust) and how busy the machine's
+cores were over them, and each component's peak resident memory over the run.
 """
 from __future__ import annotations
 
@@ -80,6 +80,8 @@ def figures(data: dict) -> list[Figure]:
     peak: dict[str, float] = {}
     for m in modules:
         cpu.update(m.get("cpu_s") or {})
+        out.append(f(common.qualified("suite_cpu_s", m["suite"]), sum((m.get("cpu_s") or {}).values()), "CPU-s",
+                     better="lower"))
         for name, mib in (m.get("peak_rss_mib") or {}).items():
             peak[name] = max(peak.get(name, 0), mib)
     control = sum(v for k, v in cpu.items() if k != HARNESS)
@@ -92,7 +94,7 @@ def figures(data: dict) -> list[Figure]:
     if seconds and data.get("cpus"):
         out.append(f("busy_percent", 100 * (control + cpu.get(HARNESS, 0.0)) / (seconds * data["cpus"]), "%",
                      better="none"))
-    out += [f(common.qualified("peak_rss", k), v * 2**20, "bytes", better="lower") for k, v in sorted(peak.items())]
+    out += [f(common.qualified("peak_rss", k), v * 2**20, "B", better="lower") for k, v in sorted(peak.items())]
     return out
 
 

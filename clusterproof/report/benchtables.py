@@ -452,7 +452,8 @@ BLOCKS: dict[str, Block] = {
          "{checks[passed]:n} / {checks[failed]:n} / {checks[xfailed]:n} / {checks[skipped]:n}"),
         ("embedded cluster bring-up (7,500 nodes created, Ready and schedulable)", "{bringup_s}"),
         ("- first create to all Ready=True / all schedulable", "{ready_s} / {schedulable_s}"),
-        *((f"{s.replace('_', ' ')}", f"{{suite_s[{s}]}}") for s in NIGHTLY_SUITES),
+        *((f"{s.replace('_', ' ')}: time; CPU-s (control plane and harness)", f"{{suite_s[{s}]}}; {{suite_cpu_s[{s}]}}")
+          for s in NIGHTLY_SUITES),
         ("the suites' modules: wall clock; the machine's cores busy (components and harness)",
          "{modules_s}; {busy_percent}"),
         ("- CPU-s of the control plane", "**{control_plane_cpu_s}**"),
