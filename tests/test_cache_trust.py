@@ -282,3 +282,12 @@ def test_a_bootstrap_that_checked_no_signature_is_one_line(output, tmp_path):
     with pytest.raises(HarnessError, match="no valid Release signature") as e:
         images.release_signature(output, tmp_path / "base.log")
     assert len(str(e.value).splitlines()) == 1 and "base.log" in str(e.value)
+
+
+def test_go_builds_spend_memory_for_cpu_unless_the_user_said_otherwise(monkeypatch):
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    env = toolchain.go_env()
+    assert (env["GOGC"], env["GOMEMLIMIT"]) == (toolchain.BUILD_GOGC, toolchain.BUILD_GOMEMLIMIT) == ("400", "4GiB")
+    monkeypatch.setenv("GOGC", "100")
+    assert toolchain.go_env()["GOGC"] == "100"       # the user's own setting is kept
