@@ -59,7 +59,8 @@ def read_run(run: Path) -> dict:
     figures = summary.get("figures") or {}
     kept = {k: f["value"] for k, f in figures.items() if k.startswith(TIME) or k.startswith(SCALE)}
     return {"run": summary["run"], "outcomes": dict(Counter(c["outcome"] for c in summary["checks"].values())),
-            "figures": kept, "modules": work, "go_runtime": env.get(GO_RUNTIME), "cpus": os.cpu_count()}
+            "figures": kept, "modules": work, "go_runtime": env.get(GO_RUNTIME),
+            "cpus": os.cpu_count()}     # the records do not say the run's cores: read a run where it ran
 
 
 def figures(data: dict) -> list[Figure]:
