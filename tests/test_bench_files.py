@@ -101,7 +101,7 @@ def _run_dir(tmp_path, modules, outcomes=("passed", "passed", "xfailed")):
                 "nodes": 7500, "kubernetes": "v1.35.4", "simulated": True, "finished": "2026-11-28T22:00:00Z"},
         "checks": {f"c{i}": {"outcome": o} for i, o in enumerate(outcomes)}, "figures": figures}))
     (run / "api-work.json").write_text(json.dumps({"run": {}, "modules": modules}))
-    (run / "allure-results" / "environment.properties").write_text("go.runtime=kube-apiserver GOGC=400\n")
+    (run / "allure-results" / "clusterproof-run.json").write_text(json.dumps({"go.runtime": "kube-apiserver GOGC=400"}))
     return run
 
 

@@ -40,7 +40,8 @@ BRINGUP = "embedded cluster bring-up"
 TIME = "time :: "           # the summary's figure of a suite's wall clock: "time :: <suite>"
 SCALE = "suites/test_cluster_scale.py::test_mutating_api_calls_meet_the_latency_slo :: "
 READY, SCHEDULABLE = "first node create -> all Ready=True", "first node create -> all schedulable"
-GO_RUNTIME = "go.runtime"   # the report environment's line (clusterproof.cluster.backends)
+GO_RUNTIME = "go.runtime"   # the report environment's key (clusterproof.cluster.backends)
+RUN_ENV = "clusterproof-run.json"
 
 
 def read_run(run: Path) -> dict:
@@ -53,9 +54,9 @@ def read_run(run: Path) -> dict:
         raise HarnessError(f"{run} is not a finished run of the suites with its records (summary.json, "
                            f"api-work.json): {e}; give out/runs/<run id> of a ./proof run") from None
     env = {}
-    props = run / "allure-results" / "environment.properties"
-    if props.is_file():
-        env = dict(line.split("=", 1) for line in props.read_text().splitlines() if "=" in line)
+    recorded = run / "allure-results" / RUN_ENV     # the report's environment as JSON (report.allure)
+    if recorded.is_file():
+        env = json.loads(recorded.read_text())
     figures = summary.get("figures") or {}
     kept = {k: f["value"] for k, f in figures.items() if k.startswith(TIME) or k.startswith(SCALE)}
     return {"run": summary["run"], "outcomes": dict(Counter(c["outcome"] for c in summary["checks"].values())),
