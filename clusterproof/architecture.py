@@ -58,9 +58,11 @@ when a `clusterproof.` name in it no longer names anything in the tree.
 
 1. **`./proof run [ARGS]`** (the bash script `proof`, its `run`): `make -s venv` (the pinned venv, exit 8 if
    it cannot be built), then `python -m clusterproof.prepare` (`clusterproof.prepare.main`), which builds
-   what this run will use and nothing else: the Go-built components
-   (`clusterproof.provision.toolchain.ensure_many`), the real nodes' host packages and images, the embedded
-   Prometheus's history (`clusterproof.prometheus.history.build`); bad input exits 4, a failed build 8.
+   what this run will use and nothing else, in the order it needs it (when something is not cached, it first
+   collects the run to learn what its checks use: `clusterproof.fixtures.cluster.checks_use`): the Go-built
+   components (`clusterproof.provision.toolchain.ensure_many`) the cluster's start runs, the real nodes' host
+   packages and images, then what checks use later, Prometheus and its history
+   (`clusterproof.prometheus.history.build`); bad input exits 4, a failed build 8.
    Then the script `exec`s `python -m pytest --cp-profile PROFILE suites ARGS`: pytest's exit code is the
    command's. (`clusterproof run`, `clusterproof.cli.main`, is the installed way in: pytest with
    `--pyargs clusterproof.suites`, no prepare step; what is not built yet is built on first use.)
@@ -84,8 +86,8 @@ when a `clusterproof.` name in it no longer names anything in the tree.
 4. **The cluster**, once per session, when the first module or check asks for it
    (`clusterproof.fixtures.cluster.cluster`): either the embedded one
    (`clusterproof.cluster.backends.start_embedded`: dead runs' leftovers on this machine swept
-   (`clusterproof.cluster.backends.sweep_local`), every binary ensured
-   (`clusterproof.provision.toolchain.ensure_all`), kwokctl's control plane started
+   (`clusterproof.cluster.backends.sweep_local`), every binary its start runs ensured
+   (`clusterproof.provision.toolchain.bringup`), kwokctl's control plane started
    (`clusterproof.cluster.kwok.KwokCluster.prepare` starts the watchdog that deletes it if the run is killed,
    `clusterproof.cluster.kwok.KwokCluster.start`), the run's Lease taken
    (`clusterproof.kube.liveness.RunLease`), the simulated nodes created and Ready

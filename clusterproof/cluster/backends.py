@@ -196,8 +196,12 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                      extra_args=(f"kube-controller-manager=kube-api-qps={profile.kcm_api_qps}",
                                  f"kube-controller-manager=kube-api-burst={profile.kcm_api_burst}",
                                  *kcm_endpoint_args(profile)))
-    # every binary first: a build that fails ends the run before anything runs
-    toolchain.ensure_all(progress, profile.kubernetes_version)
+    # every binary the start runs first: a build that fails ends the run before anything runs (what a check
+    # uses later, Prometheus, is built by ./proof run's prepare step, or on first use)
+    toolchain.ensure_many(toolchain.bringup([u for u, used in (("real_nodes", profile.real_nodes > 0),
+                                                               ("gangs", coscheduling_components),
+                                                               ("kueue", kueue_components)) if used],
+                                            profile.kubernetes_version), progress)
     built = real_node_images(profile, progress)
     lease = None
     try:

@@ -603,21 +603,46 @@ def _build(component: Component, progress) -> Component:
 
 def components(kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
     """Every component an embedded cluster's run may need, with the control plane at ``kubernetes_version``."""
-    swap = {KUBERNETES: kubernetes(kubernetes_version), KUBELET: kubelet(kubernetes_version)}
-    return tuple(swap.get(c, c) for c in COMPONENTS)
+    return _at(kubernetes_version, COMPONENTS)
+
+
+# What an embedded cluster always runs: kwok, etcd, the control plane, and the mock NVML library (a minute
+# to build; the preflight checker's simulated GPUs, on kwok nodes and on the real nodes).
+BRINGUP = (KWOK, ETCD, KUBERNETES, MOCKNVML)
+# What the checks a run selects may use beyond that, by the name the plugin's collection gives it
+# (clusterproof.fixtures.cluster.checks_use). The embedded cluster starts with the first three.
+USES = {"real_nodes": (KUBELET,),               # the profile's real nodes (profile key real_nodes)
+        "gangs": (SCHEDULER_PLUGINS,),          # the Coscheduling scheduler and its PodGroup controller
+        "kueue": (KUEUE, JOBSET),
+        "prometheus": (PROMETHEUS,)}            # the embedded Prometheus (and its history)
+STARTS_WITH_THE_CLUSTER = ("real_nodes", "gangs", "kueue")
+
+
+def _at(version: str, wanted) -> tuple[Component, ...]:
+    """``wanted`` once each, in order, with the control plane and kubelet at ``version``."""
+    swap = {KUBERNETES: kubernetes(version), KUBELET: kubelet(version)}
+    return tuple(dict.fromkeys(swap.get(c, c) for c in wanted))
+
+
+def bringup(uses, kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
+    """What an embedded cluster's start runs: ``BRINGUP``, then what it starts for ``uses``
+    (``STARTS_WITH_THE_CLUSTER``)."""
+    return _at(kubernetes_version, [*BRINGUP, *(c for u in STARTS_WITH_THE_CLUSTER if u in uses for c in USES[u])])
 
 
 def for_run(existing_cluster: bool, prometheus_url: bool,
-            kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
-    """What a run of the suites uses. The embedded cluster: everything (kwok, etcd, the control plane,
-    the Coscheduling scheduler, the real nodes' kubelet, Kueue and JobSet, Prometheus, the mock NVML library:
-    its start builds them all first, clusterproof.cluster.backends.start_embedded). An existing
-    cluster (--cp-kubeconfig): the mock NVML library (the preflight checker run here, and the simulated GPUs
-    of a kwok cluster) and, unless --cp-prometheus-url names the Prometheus under test, Prometheus (the
-    embedded one that scrapes the cluster). Nothing of a cluster of the harness's own."""
-    if not existing_cluster:
-        return components(kubernetes_version)
-    return (MOCKNVML,) if prometheus_url else (MOCKNVML, PROMETHEUS)
+            kubernetes_version: str = KUBERNETES_VERSION, uses=None) -> tuple[Component, ...]:
+    """What a run of the suites uses, in the order it needs them. ``uses``: what its checks use (``USES``' names,
+    in the order the run first needs each, from its collection); None when not known: all of them.
+
+    The embedded cluster: its bring-up (``bringup``), then the rest of ``uses``. An existing cluster
+    (--cp-kubeconfig): the mock NVML library (the preflight checker runs here, and the simulated GPUs of a
+    kwok cluster) and, if a check uses it and --cp-prometheus-url names no Prometheus under test, Prometheus
+    (the embedded one that scrapes the cluster). Nothing of a cluster of the harness's own."""
+    uses = [u for u in (USES if uses is None else uses) if not (prometheus_url and u == "prometheus")]
+    if existing_cluster:
+        return (MOCKNVML, *(USES["prometheus"] if "prometheus" in uses else ()))
+    return _at(kubernetes_version, [*bringup(uses, kubernetes_version), *(c for u in uses for c in USES[u])])
 
 
 def named(name: str) -> Component:
