@@ -10,7 +10,9 @@
   state, and falls back to the state when the explanation itself fails;
 - negative control against the session cluster: a pod whose node selector
   no node matches, waited for with a short bound, fails naming the
-  scheduler's "0/N nodes are available" verdict, not "Pending".
+  scheduler's "0/N nodes are available" verdict, not "Pending";
+- a wait for pods to go reads their metadata only (a PartialObjectMetadataList,
+  not the full pods), and still sees every pod until it is gone.
 """
 from __future__ import annotations
 
@@ -18,10 +20,20 @@ import json
 
 import pytest
 
+from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import WaitTimeout, wait_for
-from clusterproof.kube.client import get_if_present
+from clusterproof.kube.client import METADATA_ONLY, get_if_present, request_data
 from clusterproof.kube.pod_spec import pod_body
-from clusterproof.kube.pods import POD_LINE, create_pods, delete_pods, explain_pods, pod_story
+from clusterproof.kube.pods import (
+    POD_LINE,
+    create_pods,
+    delete_pods,
+    delete_selected,
+    explain_pods,
+    pod_metadata,
+    pod_story,
+    pods_path,
+)
 
 pytestmark = pytest.mark.selftest
 
@@ -143,3 +155,19 @@ def test_a_pod_that_cannot_be_scheduled_is_explained_by_the_scheduler_not_as_pen
         assert "FailedScheduling" in msg, msg
     finally:
         delete_pods(api, namespace, ["nowhere"])
+
+
+def test_a_wait_for_pods_to_go_reads_their_metadata_only(cluster, namespace, run_id):
+    """The server answers the wait's LIST with the pods' metadata only (red if it sent whole pods: the Accept
+    header ignored), and the wait still sees each pod, terminating or not, until it is gone."""
+    api, mine = cluster.api, f"{RUN_LABEL}={run_id}"
+    create_pods(api, namespace, [pod_body(f"m-{i}", run_id) for i in range(3)])
+    try:
+        raw = json.loads(request_data(api, "GET", pods_path(namespace), {"labelSelector": mine}, headers=METADATA_ONLY))
+        assert raw["kind"] == "PartialObjectMetadataList", raw["kind"]
+        assert all(set(i) == {"kind", "apiVersion", "metadata"} for i in raw["items"]), raw["items"][0]
+        assert sorted(m["name"] for m in pod_metadata(api, namespace, mine)) == ["m-0", "m-1", "m-2"]
+        delete_selected(api, namespace, mine, timeout=120)
+        assert pod_metadata(api, namespace, mine) == []
+    finally:
+        delete_pods(api, namespace, [f"m-{i}" for i in range(3)])

@@ -373,6 +373,18 @@ def list_raw(api: client.ApiClient, path: str, query: dict | None = None,
     return json.loads(request_data(api, "GET", path, query, timeout=timeout, retry_s=retry_s))
 
 
+# A collection's objects as their metadata only (meta.k8s.io/v1 PartialObjectMetadataList, which
+# kube-apiserver serves for every resource): what a wait for objects to go needs (names, deletion
+# timestamps), without the specs and statuses a full LIST encodes, sends and the harness decodes.
+METADATA_ONLY = {"Accept": "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"}
+
+
+def list_metadata(api: client.ApiClient, path: str, query: dict | None = None, timeout: float = 120) -> list[dict]:
+    """The ``metadata`` of every object of the collection at ``path`` (one LIST, ``METADATA_ONLY``)."""
+    data = json.loads(request_data(api, "GET", path, query, headers=METADATA_ONLY, timeout=timeout))
+    return [item["metadata"] for item in data.get("items") or []]
+
+
 def get_if_present(api: client.ApiClient, path: str, query: dict | None = None) -> dict | None:
     """GET ``path`` as a dict; None on 404 (also for an API group the cluster does not serve)."""
     try:
