@@ -100,8 +100,7 @@ def plan(a: argparse.Namespace, uses: list[str] | None = None) -> dict:
     if uses is not None:
         uses = [*(["real_nodes"] if real_nodes else []), *uses]
     components = toolchain.for_run(existing, bool(a.prometheus_url), profile.kubernetes_version, uses)
-    start = () if existing else toolchain.bringup(list(toolchain.USES) if uses is None else uses,
-                                                  profile.kubernetes_version)
+    start = () if existing else toolchain.bringup(uses, profile.kubernetes_version)
     return {"profile": profile, "components": components, "checks_use": checks,
             "start": [c for c in components if c in start], "later": [c for c in components if c not in start],
             "history": toolchain.PROMETHEUS in components and not a.prometheus_url,

@@ -19,6 +19,7 @@ from clusterproof import CHECKOUT
 from clusterproof.bench import apf, bringup, burst, knee, kueue, nightly, preflight, prometheus, watch_bandwidth
 from clusterproof.core.measurement import Figure
 from clusterproof.report import benchtables
+from clusterproof.report.allure import RUN_ENV_FILE
 
 pytestmark = pytest.mark.selftest
 
@@ -101,7 +102,7 @@ def _run_dir(tmp_path, modules, outcomes=("passed", "passed", "xfailed")):
                 "nodes": 7500, "kubernetes": "v1.35.4", "simulated": True, "finished": "2026-11-28T22:00:00Z"},
         "checks": {f"c{i}": {"outcome": o} for i, o in enumerate(outcomes)}, "figures": figures}))
     (run / "api-work.json").write_text(json.dumps({"run": {}, "modules": modules}))
-    (run / "allure-results" / "clusterproof-run.json").write_text(json.dumps({"go.runtime": "kube-apiserver GOGC=400"}))
+    (run / "allure-results" / RUN_ENV_FILE).write_text(json.dumps({"go.runtime": "kube-apiserver GOGC=400"}))
     return run
 
 

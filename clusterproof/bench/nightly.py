@@ -32,6 +32,7 @@ from clusterproof.config.profile import load_profile
 from clusterproof.core import exitcodes
 from clusterproof.core.errors import ArgumentParser, HarnessError
 from clusterproof.core.measurement import Figure
+from clusterproof.report.allure import RUN_ENV_FILE
 
 MODULE = "clusterproof.bench.nightly"
 BENCH = "nightly"
@@ -41,7 +42,6 @@ TIME = "time :: "           # the summary's figure of a suite's wall clock: "tim
 SCALE = "suites/test_cluster_scale.py::test_mutating_api_calls_meet_the_latency_slo :: "
 READY, SCHEDULABLE = "first node create -> all Ready=True", "first node create -> all schedulable"
 GO_RUNTIME = "go.runtime"   # the report environment's key (clusterproof.cluster.backends)
-RUN_ENV = "clusterproof-run.json"
 
 
 def read_run(run: Path) -> dict:
@@ -54,7 +54,7 @@ def read_run(run: Path) -> dict:
         raise HarnessError(f"{run} is not a finished run of the suites with its records (summary.json, "
                            f"api-work.json): {e}; give out/runs/<run id> of a ./proof run") from None
     env = {}
-    recorded = run / "allure-results" / RUN_ENV     # the report's environment as JSON (report.allure)
+    recorded = run / "allure-results" / RUN_ENV_FILE     # the report's environment as JSON
     if recorded.is_file():
         env = json.loads(recorded.read_text())
     figures = summary.get("figures") or {}

@@ -624,9 +624,10 @@ def _at(version: str, wanted) -> tuple[Component, ...]:
     return tuple(dict.fromkeys(swap.get(c, c) for c in wanted))
 
 
-def bringup(uses, kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
+def bringup(uses=None, kubernetes_version: str = KUBERNETES_VERSION) -> tuple[Component, ...]:
     """What an embedded cluster's start runs: ``BRINGUP``, then what it starts for ``uses``
-    (``STARTS_WITH_THE_CLUSTER``)."""
+    (``STARTS_WITH_THE_CLUSTER``; None: all of them)."""
+    uses = USES if uses is None else uses
     return _at(kubernetes_version, [*BRINGUP, *(c for u in STARTS_WITH_THE_CLUSTER if u in uses for c in USES[u])])
 
 

@@ -267,8 +267,11 @@ def _property_key(key: str) -> str:
     return "".join("\\" + c if c in " :=#!\\" else c for c in key)
 
 
+RUN_ENV_FILE = "clusterproof-run.json"   # the environment as JSON, for readers of a run (bench nightly)
+
+
 def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -> None:
-    """Allure's environment.properties (and clusterproof-run.json, the same as JSON) and categories.json."""
+    """Allure's environment.properties (and ``RUN_ENV_FILE``, the same as JSON) and categories.json."""
     alluredir.mkdir(parents=True, exist_ok=True)
     (alluredir / "categories.json").write_text(json.dumps(CATEGORIES, indent=2))
     if not has_cluster:
@@ -277,4 +280,4 @@ def write_environment(alluredir: Path, env: dict[str, str], has_cluster: bool) -
         env = {**env, "hardware": "no cluster used"}
     (alluredir / "environment.properties").write_text("".join(f"{_property_key(k)}={v}\n"
                                                               for k, v in sorted(env.items())))
-    (alluredir / "clusterproof-run.json").write_text(json.dumps(env, indent=2))
+    (alluredir / RUN_ENV_FILE).write_text(json.dumps(env, indent=2))
