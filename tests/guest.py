@@ -36,6 +36,11 @@ def kubeconfig_for(api, directory: Path, namespace: str = access.HOME, name: str
     """A kubeconfig (0600) holding a fresh token of ServiceAccount ``namespace/name``; (path, token)."""
     token = json.loads(raw_request(api, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
                                    body={"spec": {"expirationSeconds": expiration_s}}).data)["status"]["token"]
+    return token_kubeconfig(api, directory, name, token), token
+
+
+def token_kubeconfig(api, directory: Path, name: str, token: str) -> Path:
+    """A kubeconfig (0600) for ``api``'s server holding ``token`` (one the harness minted, say)."""
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
            "clusters": [{"name": "c", "cluster": {"server": api.configuration.host,
                                                   "certificate-authority": api.configuration.ssl_ca_cert}}],
@@ -46,7 +51,7 @@ def kubeconfig_for(api, directory: Path, namespace: str = access.HOME, name: str
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(yaml.safe_dump(cfg))
-    return path, token
+    return path
 
 
 @contextmanager

@@ -167,12 +167,13 @@ def test_fault_file_says_what_the_checker_must_answer(tmp_path):
 
 def test_checker_pod_takes_the_whole_node_and_runs_where_workloads_may_not():
     """Pinned like a DaemonSet's pod (affinity on the node's name, through the scheduler, never nodeName), tolerating
-    the node's own taints exactly -- cordoned, under preflight, a team's -- and nothing else."""
+    the node's own taints exactly -- cordoned, under preflight, a team's -- and nothing else (the harness's admission
+    policies admit no wider toleration: not even Exists on the preflight key)."""
     node = {"metadata": {"name": "gpu-7"}, "spec": {"taints": [
         {"key": M.taint_key, "value": "pending", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
         {"key": "example.com/team", "value": "a", "effect": "NoSchedule"}]}}
-    p = checker_pod("preflight-0", "run1", node, "registry.example/pf:1", 8, M, 2000)
+    p = checker_pod("preflight-0", "run1", node, "registry.example/pf:1", 8, 2000)
     spec = p["spec"]
     assert "nodeName" not in spec and spec["restartPolicy"] == "Never"
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -182,7 +183,7 @@ def test_checker_pod_takes_the_whole_node_and_runs_where_workloads_may_not():
     assert c["command"] == ["python", "-m", "preflight", "check", "--expect-gpus", "8", "--xid-window-ms", "2000"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert spec["tolerations"] == [
-        {"key": M.taint_key, "operator": "Exists"},
+        {"key": M.taint_key, "operator": "Equal", "value": "pending", "effect": "NoSchedule"},
         {"key": "example.com/team", "operator": "Equal", "value": "a", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Equal", "value": "", "effect": "NoSchedule"}]
     assert not is_workload(p, M.taint_key)

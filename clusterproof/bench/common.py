@@ -107,7 +107,8 @@ def cluster(args, profile: Profile, coscheduling: bool = False, run_id: str | No
             simulated = is_simulated(api)   # every node a kwok node
             # A bench is load: it works under the destructive manifest, checked like a suite run's.
             c = backends.connect_existing(profile, run_id, args.kubeconfig, None, say, simulated=simulated,
-                                          manifest=access.check(api, destructive=True),
+                                          manifest=access.check(api, destructive=True, needs=access.pool_needs(profile),
+                                                                       pool_label=profile.pool_label),
                                           local_sweeps=(sweep_abandoned,))
         else:
             c = backends.start_embedded(profile, run_id, say, coscheduling_components=coscheduling,

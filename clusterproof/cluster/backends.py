@@ -403,7 +403,8 @@ def check_existing(profile: Profile, kubeconfig: str, context: str | None, calls
     calls.install(api)    # the permission preflight's requests are the run's too
     check_reachable(api)
     team_namespaces = tuple(parse_team_namespaces(profile.team_namespaces).values())
-    manifest = access.check(api, destructive=destructive, team_namespaces=team_namespaces)
+    manifest = access.check(api, destructive=destructive, team_namespaces=team_namespaces,
+                            needs=access.pool_needs(profile) if destructive else None, pool_label=profile.pool_label)
     simulated = not as_real_cluster and is_simulated(api)
     owned, why = ownership(api, as_real_cluster)
     if not owned and profile.team_admission in ("harness", "wildcard"):

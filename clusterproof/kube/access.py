@@ -48,8 +48,10 @@ RBAC_DESTRUCTIVE = HERE / "rbac-destructive.yaml"
 SERVICE_ACCOUNT = "clusterproof"
 # The home namespace (the ServiceAccount's): run Leases, owner records, pool claims.
 HOME = "clusterproof"
-# Namespaces an SRE provisioned for the harness carry this label (and a RoleBinding to POOL_ROLE).
+# Namespaces an SRE provisioned for the harness carry this label (and a RoleBinding to POOL_ROLE), and a name
+# with this prefix: the admission policies hold every ServiceAccount of a namespace so named.
 POOL_LABEL = "clusterproof.io/pool"
+POOL_PREFIX = "clusterproof-"
 HOME_ROLE, POOL_ROLE, TEAM_ROLE = "clusterproof-home", "clusterproof-pool", "clusterproof-team"
 
 
@@ -331,9 +333,12 @@ def pool_namespaces(api: client.ApiClient) -> list[str]:
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
-def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, ...] = ()) -> Manifest:
+def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, ...] = (),
+          needs: dict[str, tuple[int, str]] | None = None, pool_label: str = "") -> Manifest:
     """The manifest this run works under, bound to the pool found on the cluster; one line naming what is
-    missing (permissions, the home namespace, the pool), and how to grant it."""
+    missing (permissions, the home namespace, the pool, its quotas, a policy), and how to grant it. ``needs``:
+    what the profile's largest check stores in one pool namespace (``pool_needs``), held to the pool's quota;
+    ``pool_label``: the profile's node pool label (a destructive run borrows nodes labelled <it>=shared)."""
     from clusterproof.kube.client import get_if_present
     files = "clusterproof/kube/rbac.yaml" + (" and clusterproof/kube/rbac-destructive.yaml" if destructive else "")
     pool: list[str] = []
@@ -354,6 +359,13 @@ def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, 
                                f"restricted (label {PSA_ENFORCE}=restricted): a pod the harness's identity makes "
                                "there could reach its node's host; kubectl apply -f clusterproof/kube/rbac.yaml "
                                "labels the shipped ones")
+        misnamed = [ns for ns in pool if not ns.startswith(POOL_PREFIX)]
+        if misnamed:
+            raise HarnessError(f"pool namespace(s) {', '.join(misnamed)} on {server_url(api)} are not named "
+                               f"{POOL_PREFIX}<something>: the admission policies of clusterproof/kube/rbac.yaml "
+                               "hold every ServiceAccount of the harness's namespaces by that prefix, so one in "
+                               "another namespace would be held by none; name a pool namespace like the shipped "
+                               "ones (clusterproof-0 .. -7)")
     manifest = Manifest.shipped(destructive, team_namespaces, pool)
     user = whoami(api)
     gaps = missing(api, manifest)
@@ -362,7 +374,8 @@ def check(api: client.ApiClient, destructive: bool, team_namespaces: tuple[str, 
                  if team_namespaces else "")
         raise HarnessError(f"{user} may not {'; '.join(gaps)}: the harness runs as ServiceAccount "
                            f"{HOME}/{SERVICE_ACCOUNT} with {files}{teams} applied; see docs/real-cluster.md")
-    check_policies(api, manifest, destructive, user)
+    check_policies(api, manifest, destructive, user, pool_label)
+    check_quotas(api, manifest, needs or {}, user)
     return manifest
 
 
@@ -374,19 +387,25 @@ def _pool_objects(api: client.ApiClient) -> list[dict]:
 
 # --- what RBAC cannot say: the manifests' admission policies, proven in force ----------------------
 
-# The identity every policy of the manifests holds (their matchConditions name it, and its load identities).
+# The identity that checks the policies: the harness's ServiceAccount (they hold it, every other ServiceAccount of
+# its namespaces, and its load identities: the policies' matchConditions).
 POLICY_USER = f"system:serviceaccount:{HOME}:{SERVICE_ACCOUNT}"
 VAP_API = "/apis/admissionregistration.k8s.io/v1"
+# The run's own label; a probe carries one that no run has.
+PROBE_RUN = "policy-probe"
 
 
 @dataclass(frozen=True)
 class Probe:
-    """A request the policy ``policy`` must refuse, sent as a server-side dry run (nothing is stored)."""
+    """A request sent as a server-side dry run (nothing is stored): one the policy ``policy`` must refuse, or, with
+    ``admit``, one it must let through (the harness's own shape, as a run sends it)."""
     policy: str
     what: str                        # the request, as the refusal line names it
     method: str
     path: str
     body: dict
+    admit: bool = False
+    fix: str = ""                    # for an admitted probe that was refused: what to change
 
     def send(self, api: client.ApiClient) -> tuple[int, str]:
         """(HTTP status, message): 2xx and "" when admitted."""
@@ -400,51 +419,105 @@ class Probe:
     def refused_by_policy(self, status: int, message: str) -> bool:
         return status in (403, 422) and f"ValidatingAdmissionPolicy '{self.policy}'" in message
 
+    def as_expected(self, status: int, message: str) -> bool:
+        if not self.admit:
+            return self.refused_by_policy(status, message)
+        # A full pool namespace refuses even the harness's own pod by its quota: that says nothing of the policy.
+        return status < 300 or "exceeded quota" in message
+
 
 def policy_names(destructive: bool) -> list[str]:
     """The ValidatingAdmissionPolicies of the manifests a run works under, in the manifests' order."""
     return [d["metadata"]["name"] for d in manifest_docs(destructive) if d["kind"] == "ValidatingAdmissionPolicy"]
 
 
-def probes(pool: str, node: str | None, destructive: bool) -> list[Probe]:
+def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | None = None,
+           served: frozenset[str] = frozenset()) -> list[Probe]:
     """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount): a pod bound
-    by ``nodeName``, ``clusterproof-pool`` bound to everyone, a NodePort Service, the flood's FlowSchema at the
-    ``exempt`` level, a label on ``node``."""
+    by ``nodeName``, a NodePort Service, a ServiceAccount of another name, a Role that may bind, ``clusterproof-pool``
+    bound to everyone, a ConfigMap and a Lease of names no run uses, a PodGroup or Workload of a shape no run makes
+    (when ``served`` names its resource: 'podgroups', 'workloads'); destructive, the flood's FlowSchema at the
+    ``exempt`` level and a label on ``node``. And two the policies must admit: a pod as a run builds it, and, on
+    ``borrowable`` (a node of the pool a run borrows from, unclaimed), the claim a run writes."""
+    from clusterproof.core.run import metadata
+    from clusterproof.kube.node_taints import record_note
     from clusterproof.kube.pod_spec import pod_body
-    pod = pod_body("clusterproof-policy-probe", "policy-probe")
-    pod["spec"]["nodeName"] = node or "clusterproof-policy-probe"
-    ns = f"/api/v1/namespaces/{pool}"
+    from clusterproof.kube.tokens import SERVICE_ACCOUNT as LOAD
+    name = "clusterproof-policy-probe"
+    pod = pod_body(name, PROBE_RUN)
+    pod["spec"]["nodeName"] = node or name
+    ns, rbac = f"/api/v1/namespaces/{pool}", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{pool}"
+    home = f"/api/v1/namespaces/{HOME}"
     out = [Probe("clusterproof-pods", f"a pod in {pool} bound to a node by spec.nodeName", "POST", f"{ns}/pods", pod),
+           Probe("clusterproof-pods", f"a pod in {pool} as a run builds it", "POST", f"{ns}/pods",
+                 pod_body(name, PROBE_RUN, gpus=1), admit=True,
+                 fix="something on the cluster changes or refuses the harness's pods there (a mutating webhook "
+                     "that adds a sidecar, a label or a toleration the allowlist does not know), so every check "
+                     "would be refused too"),
+           Probe("clusterproof-services", f"a NodePort Service in {pool}", "POST", f"{ns}/services", {
+               "apiVersion": "v1", "kind": "Service", "metadata": metadata(name, PROBE_RUN),
+               "spec": {"type": "NodePort", "selector": {"clusterproof.io/none": "x"}, "ports": [{"port": 80}]}}),
+           Probe("clusterproof-serviceaccounts", f"a ServiceAccount {name} in {pool}", "POST",
+                 f"{ns}/serviceaccounts", {"metadata": metadata(name, PROBE_RUN)}),
+           Probe("clusterproof-roles", f"a Role in {pool} that may create RoleBindings", "POST", f"{rbac}/roles", {
+               "metadata": metadata(LOAD, PROBE_RUN), "rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                                                                 "resources": ["rolebindings"], "verbs": ["create"]}]}),
            Probe("clusterproof-rolebindings", f"a RoleBinding in {pool} of {POOL_ROLE} to system:unauthenticated",
-                 "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{pool}/rolebindings", {
+                 "POST", f"{rbac}/rolebindings", {
                      "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                     "metadata": {"name": "clusterproof-policy-probe", "labels": {"clusterproof.io/run": "probe"}},
+                     "metadata": metadata(name, PROBE_RUN),
                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": POOL_ROLE},
                      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                                    "name": "system:unauthenticated"}]}),
-           Probe("clusterproof-services", f"a NodePort Service in {pool}", "POST", f"{ns}/services", {
-               "apiVersion": "v1", "kind": "Service", "metadata": {"name": "clusterproof-policy-probe"},
-               "spec": {"type": "NodePort", "selector": {"app": "none"}, "ports": [{"port": 80}]}})]
+           Probe("clusterproof-configmaps", f"a ConfigMap {name} in {HOME}", "POST", f"{home}/configmaps",
+                 {"metadata": metadata(name, PROBE_RUN), "data": {}}),
+           Probe("clusterproof-leases", f"a Lease {name} in {HOME}", "POST",
+                 f"/apis/coordination.k8s.io/v1/namespaces/{HOME}/leases", {"metadata": metadata(name, PROBE_RUN)})]
+    if "podgroups" in served:
+        out.append(Probe("clusterproof-gangs", f"a PodGroup in {pool} with minResources", "POST",
+                         f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{pool}/podgroups", {
+                             "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                             "metadata": metadata(name, PROBE_RUN),
+                             "spec": {"minMember": 1, "minResources": {"cpu": "1"}}}))
+    elif "workloads" in served:
+        out.append(Probe("clusterproof-gangs", f"a Workload in {pool} of another shape", "POST",
+                         f"/apis/scheduling.k8s.io/v1alpha1/namespaces/{pool}/workloads", {
+                             "apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+                             "metadata": metadata(name, PROBE_RUN),
+                             "spec": {"podGroups": [{"name": "workers", "policy": {"basic": {}}}]}}))
     if destructive:
         out.append(Probe("clusterproof-fixed-names", "the flood's FlowSchema at the exempt priority level", "POST",
                          "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
                              "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-                             "metadata": {"name": "clusterproof-flood"},
+                             "metadata": metadata("clusterproof-flood", PROBE_RUN),
                              "spec": {"priorityLevelConfiguration": {"name": "exempt"}, "matchingPrecedence": 1000,
                                       "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
-                                          "namespace": pool, "name": "clusterproof-load"}}],
+                                          "namespace": pool, "name": LOAD}}],
                                           "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}))
         if node:
             out.append(Probe("clusterproof-nodes", f"a label on node {node}", "PATCH", f"/api/v1/nodes/{node}",
                              {"metadata": {"labels": {"clusterproof.io/policy-probe": "true"}}}))
+        if borrowable:
+            from clusterproof.cluster.scratch_nodes import ScratchNode
+            n = borrowable["metadata"]["name"]
+            claim = ScratchNode(None, n, PROBE_RUN, PROBE_RUN, created=False).scratch_taint
+            out.append(Probe("clusterproof-nodes", f"the claim a run writes on node {n}", "PATCH", f"/api/v1/nodes/{n}",
+                             {"metadata": {"annotations": record_note(PROBE_RUN, [claim], borrowable)},
+                              "spec": {"taints": [*(borrowable["spec"].get("taints") or []), claim]}},
+                             admit=True, fix=BORROWABLE_FIX))
     return out
 
 
-def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool, user: str) -> None:
-    """The manifests' admission policies exist, are bound and refuse what they must, as the API server answers;
-    otherwise one line (HarnessError): the API server too old to serve them, a policy missing, not bound, or
-    not in force. Only for the identity they hold (``POLICY_USER``): any other one (an admin's) is not theirs to
-    hold, and the run says so."""
+BORROWABLE_FIX = ("the variable borrowable of clusterproof-nodes (clusterproof/kube/rbac-destructive.yaml) names "
+                  "another pool label than the profile's pool_label: make them the same")
+
+
+def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool, user: str,
+                   pool_label: str = "") -> None:
+    """The manifests' admission policies exist, are bound and refuse what they must, as the API server answers,
+    and let through the harness's own shapes; otherwise one line (HarnessError): the API server too old to serve
+    them, a policy missing, not bound, not in force, or refusing what a run sends. Only for the identity they hold
+    (``POLICY_USER``): any other one (an admin's) is not theirs to hold, and the run says so."""
     from clusterproof.core import progress
     from clusterproof.core.waiting import WaitTimeout, wait_for
     from clusterproof.kube.client import get_if_present, list_raw
@@ -462,8 +535,10 @@ def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool,
                            "there without them")
     bindings = {d["spec"]["policyName"]: d["metadata"]["name"] for d in manifest_docs(destructive)
                 if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    live = {}
     for name in policy_names(destructive):
-        if get_if_present(api, f"{VAP_API}/validatingadmissionpolicies/{name}") is None:
+        live[name] = get_if_present(api, f"{VAP_API}/validatingadmissionpolicies/{name}")
+        if live[name] is None:
             raise HarnessError(f"ValidatingAdmissionPolicy {name} is missing on {where}: it holds what RBAC cannot "
                                f"say about the harness's requests (docs/rbac.md); kubectl apply -f {files}")
         binding = get_if_present(api, f"{VAP_API}/validatingadmissionpolicybindings/{bindings[name]}")
@@ -472,18 +547,133 @@ def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool,
             raise HarnessError(f"ValidatingAdmissionPolicy {name} on {where} is not bound to deny (binding "
                                f"{bindings[name]} {'missing' if binding is None else 'changed'}): it refuses "
                                f"nothing; kubectl apply -f {files}")
+    _check_audiences(api, live["clusterproof-serviceaccounts"], where)
     nodes = list_raw(api, "/api/v1/nodes", {"limit": "1"})["items"]
-    for probe in probes(manifest.pool[0], nodes[0]["metadata"]["name"] if nodes else None, destructive):
+    borrowable = None
+    if destructive and pool_label:
+        borrowable = next((n for n in list_raw(api, "/api/v1/nodes", {"labelSelector": f"{pool_label}=shared",
+                                                                      "limit": "50"})["items"]
+                           if not any(t["key"] == "clusterproof.io/scratch" for t in n["spec"].get("taints") or [])),
+                          None)
+    gangs = frozenset(r for r, path in (("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1"),
+                                        ("workloads", "/apis/scheduling.k8s.io/v1alpha1"))
+                      if any(x.get("name") == r for x in (get_if_present(api, path) or {}).get("resources") or []))
+    for probe in probes(manifest.pool[0], nodes[0]["metadata"]["name"] if nodes else None, destructive, borrowable,
+                        gangs):
         # A policy reaches the API server's admission a moment after it is created: ask a few times.
         try:
-            wait_for(lambda p=probe: p.send(api), until=lambda a, p=probe: p.refused_by_policy(*a), timeout=10,
+            wait_for(lambda p=probe: p.send(api), until=lambda a, p=probe: p.as_expected(*a), timeout=10,
                      interval=1, what=f"ValidatingAdmissionPolicy {probe.policy} in force")
         except WaitTimeout:
             status, message = probe.send(api)
+            if probe.admit:
+                raise HarnessError(f"{probe.what}, sent as {user} (server-side dry run), was refused on {where} "
+                                   f"({status}: {message[:300]}): {probe.fix}") from None
             said = "admitted" if status < 300 else f"refused otherwise ({status}: {message[:200]})"
             raise HarnessError(f"ValidatingAdmissionPolicy {probe.policy} on {where} is not in force: "
                                f"{probe.what}, sent as {user} (server-side dry run), was {said}; "
                                f"kubectl apply -f {files}") from None
+
+
+def _check_audiences(api: client.ApiClient, policy: dict, where: str) -> None:
+    """The load identity's token is asked for without an audience, so it gets the API server's own; the policy
+    admits only the audiences its variable apiAudiences lists. The harness's own token carries this server's
+    audiences: each must be in the list, or every load check would be refused its token (one line)."""
+    token = (api.configuration.api_key or {}).get("authorization", "").removeprefix("Bearer ").strip()
+    audiences = token_audiences(token)
+    if not audiences:
+        return
+    listed = next((json.loads(v["expression"]) for v in (policy.get("spec") or {}).get("variables") or []
+                   if v.get("name") == "apiAudiences"), [])
+    unknown = [a for a in audiences if a not in listed]
+    if unknown:
+        raise HarnessError(f"this API server's tokens are for {', '.join(unknown)} (the audience of the kubeconfig's "
+                           f"token), but ValidatingAdmissionPolicy clusterproof-serviceaccounts on {where} admits a "
+                           f"load identity's token only for {', '.join(listed) or 'no audience'}: add them to its "
+                           "variable apiAudiences (clusterproof/kube/rbac.yaml) and apply it")
+
+
+def token_audiences(token: str) -> list[str]:
+    """The ``aud`` claim of a ServiceAccount token (a JWT), or [] for any other credential. Reads the payload
+    only; the token itself is never shown."""
+    import base64
+    parts = token.split(".")
+    if len(parts) != 3:
+        return []
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return []
+    aud = claims.get("aud") if isinstance(claims, dict) else None
+    return [aud] if isinstance(aud, str) else [a for a in aud or [] if isinstance(a, str)]
+
+
+# --- quotas: how much the harness's identities may store, proven in force -----------------------------
+
+QUOTA = "clusterproof"
+
+
+def pool_needs(profile) -> dict[str, tuple[int, str]]:
+    """What the profile's largest destructive check stores in one pool namespace at once: {quota resource: (how
+    much, the profile key it comes from)} -- pods and whole-node GPUs (burst ranks, the scale gang, untolerated
+    pods, per-node pods of the watch suite, the flood, borrowing pods)."""
+    gpu_pods = {"gang_scale_size": profile.gang_scale_size, "taint_untolerated_pods": profile.taint_untolerated_pods,
+                "burst_steady_pods": profile.burst_steady_pods,
+                "burst_jobs x burst_job_size": profile.burst_jobs * profile.burst_job_size,
+                "teams x taint_borrow_nodes": len(profile.teams) * profile.taint_borrow_nodes}
+    # The scale gang's namespace also holds its scheduler probe; the watch suite's and the flood's pods ask no GPU.
+    counts = {**gpu_pods, "gang_scale_size": profile.gang_scale_size + 1,
+              "watch_sizes": max(profile.watch_sizes or [0]), "apf_flood_pods": profile.apf_flood_pods}
+    pods_key = max(counts, key=counts.get)
+    gpu_counts = {k: v * profile.node_gpus for k, v in gpu_pods.items()}
+    gpus_key = max(gpu_counts, key=gpu_counts.get)
+    return {"pods": (counts[pods_key], pods_key), "requests.nvidia.com/gpu": (gpu_counts[gpus_key], gpus_key)}
+
+
+def check_quotas(api: client.ApiClient, manifest: Manifest, needs: dict[str, tuple[int, str]], user: str) -> None:
+    """The manifest's ResourceQuota is in the home namespace and in every pool namespace, bounds what the shipped
+    one bounds, is in force (the quota controller took it up: its status has the same hard limits), and lets the
+    profile's largest check fit; otherwise one line. Only for the harness's identity (an admin's run is not
+    bounded by them)."""
+    from kubernetes.utils import parse_quantity
+
+    from clusterproof.core.waiting import WaitTimeout, wait_for
+    from clusterproof.kube.client import get_if_present
+    if user != POLICY_USER:
+        return
+    where = server_url(api)
+    shipped = {d["metadata"]["namespace"]: d["spec"]["hard"] for d in manifest_docs(False)
+               if d["kind"] == "ResourceQuota"}
+    pool_hard = shipped["clusterproof-0"]
+    for ns in (manifest.home, *manifest.pool):
+        path = f"/api/v1/namespaces/{ns}/resourcequotas/{QUOTA}"
+        want = shipped.get(ns, pool_hard)
+        quota = get_if_present(api, path)
+        if quota is None:
+            raise HarnessError(f"ResourceQuota {QUOTA} is missing in namespace {ns} on {where}: it bounds how much "
+                               "the harness's identities may store there (docs/rbac.md); kubectl apply -f "
+                               "clusterproof/kube/rbac.yaml (or copy a pool namespace's for one you added)")
+        hard = quota["spec"].get("hard") or {}
+        unbounded = [r for r in want if r not in hard]
+        if unbounded:
+            raise HarnessError(f"ResourceQuota {QUOTA} in namespace {ns} on {where} does not bound "
+                               f"{', '.join(unbounded)}: kubectl apply -f clusterproof/kube/rbac.yaml")
+        try:
+            wait_for(lambda p=path: get_if_present(api, p) or {}, timeout=10, interval=1,
+                     until=lambda q: (q.get("status") or {}).get("hard") == (q.get("spec") or {}).get("hard"),
+                     what=f"ResourceQuota {QUOTA} in {ns} in force")
+        except WaitTimeout:
+            raise HarnessError(f"ResourceQuota {QUOTA} in namespace {ns} on {where} is not in force (its status does "
+                               "not show its limits: is kube-controller-manager's resourcequota controller running?)"
+                               ) from None
+        if ns == manifest.home:
+            continue
+        for resource, (need, key) in needs.items():
+            limit = hard.get(resource)
+            if limit is not None and parse_quantity(limit) < need:
+                raise HarnessError(f"ResourceQuota {QUOTA} in pool namespace {ns} on {where} allows {resource} "
+                                   f"{limit}, but the profile's largest check needs {need} at once ({key}): lower "
+                                   f"that key, or raise the pool's quota (clusterproof/kube/rbac.yaml) and apply it")
 
 
 # Where each kind of the manifests is created (provision).
@@ -496,6 +686,7 @@ _COLLECTIONS = {
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "ResourceQuota": "/api/v1/namespaces/{ns}/resourcequotas",
 }
 
 

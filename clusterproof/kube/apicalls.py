@@ -138,7 +138,7 @@ class CallRecorder:
             except client.ApiException as e:
                 self.record(method, url, e.status or 0)
                 raise
-            self.record(method, url, forbidden_kind(resp) if resp.status == 403 else resp.status, resp)
+            self.record(method, url, refusal_kind(resp, url), resp)
             return resp
         rest.request = request
         rest._clusterproof_recorder = self
@@ -195,15 +195,27 @@ class CallRecorder:
         return [{**asdict(c), "status": dict(s)} for c, s in sorted(rows.items())]
 
 
-# A 403 is one of three things, and only the first is about permissions: the authorizer said no
-# (RBAC: 'User "x" cannot <verb> resource ...'); an admission policy or webhook denied the object (the
-# taint suite provokes that on purpose); or something else (a namespace being terminated).
+# A 403 is one of four things, and only the first is about permissions: the authorizer said no
+# (RBAC: 'User "x" cannot <verb> resource ...'); one of the harness's own admission policies refused it
+# (clusterproof/kube/rbac.yaml: the harness sent a shape it never makes -- a defect, unless it was the
+# permission check's dry-run probe of that policy); another admission policy or webhook denied the object (the
+# taint suite provokes the cluster's own on purpose); or something else (a namespace being terminated). A
+# policy's refusal may also be a 422 (a validation without a reason).
 FORBIDDEN_RBAC, FORBIDDEN_ADMISSION, FORBIDDEN_OTHER = "403 rbac", "403 admission", "403 other"
+REFUSED_OWN_POLICY = "own policy"
+OWN_POLICY = "ValidatingAdmissionPolicy 'clusterproof-"
+DRY_RUN = " (dry run)"
 
 
-def forbidden_kind(resp) -> str:
-    """Which kind of 403 ``resp`` is, from its Status message (see FORBIDDEN_*)."""
-    return _kind_of(str((_body(resp) or {}).get("message", "")))
+def refusal_kind(resp, url: str = "") -> int | str:
+    """How ``resp`` ended, as the record keeps it: its status, or for a 403 which kind (FORBIDDEN_*), and for a
+    refusal by one of the harness's own policies REFUSED_OWN_POLICY, with DRY_RUN for a server-side dry run."""
+    if resp.status not in (403, 422):
+        return resp.status
+    message = str((_body(resp) or {}).get("message", ""))
+    if OWN_POLICY in message:
+        return REFUSED_OWN_POLICY + (DRY_RUN if "dryRun=" in urlsplit(url).query else "")
+    return _kind_of(message) if resp.status == 403 else resp.status
 
 
 def _kind_of(message: str) -> str:
@@ -212,6 +224,19 @@ def _kind_of(message: str) -> str:
     if "denied" in message or "admission" in message.lower():
         return FORBIDDEN_ADMISSION
     return FORBIDDEN_OTHER
+
+
+def refused_by_own_policy(e: client.ApiException) -> str:
+    """The message, if one of the harness's own admission policies (clusterproof/kube/rbac.yaml) refused this
+    request; "" otherwise. A check that expects the cluster to refuse something must not count this refusal as
+    the cluster's verdict: the harness sent a shape its own allowlist does not admit."""
+    if e.status not in (403, 422):
+        return ""
+    try:
+        message = str(json.loads(e.body).get("message", ""))
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    return message if OWN_POLICY in message else ""
 
 
 def refused_by_rbac(e: client.ApiException) -> bool:

@@ -10,9 +10,11 @@ privilege escalation, every capability dropped, the runtime's seccomp
 profile), mounts no ServiceAccount token, and is placed by the scheduler,
 never by ``spec.nodeName`` -- a pod pinned to one node is pinned the way a
 DaemonSet pins its pods, by node affinity on ``metadata.name``
-(``on_node``). The pool namespaces enforce ``restricted`` and the
-ValidatingAdmissionPolicy ``clusterproof-pods`` of clusterproof/kube/rbac.yaml
-refuses anything else from the harness's identities.
+(``on_node``) -- tolerating taints one by one, exactly (``tolerating``).
+The pool namespaces enforce ``restricted``, and the ValidatingAdmissionPolicy
+``clusterproof-pods`` of clusterproof/kube/rbac.yaml admits from the
+harness's identities only pods of the shape built here (every field and why:
+clusterproof/kube/shapes.py).
 """
 from __future__ import annotations
 
@@ -35,19 +37,23 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 POD_SECURITY_VERSION = "v1.35"
 POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
                        "pod-security.kubernetes.io/enforce-version": POD_SECURITY_VERSION}
+# The harness's one scheduling gate: a pod that carries it is never scheduled (nothing of the harness lifts it), so
+# it may ask admission about a toleration wider than one taint -- the only pod the policies let carry one.
+NEVER_SCHEDULED = "clusterproof.io/never-scheduled"
 
 
 def pod_body(name: str, run_id: str, *, gpus: int = 0, labels: dict | None = None,
              scheduler: str | None = None, node_selector: dict | None = None,
              tolerations: list | tuple | None = None, priority_class: str | None = None,
              hostnames: list[str] | None = None, restart_policy: str | None = None,
-             node: str | None = None) -> dict:
+             node: str | None = None, never_scheduled: bool = False) -> dict:
     """A pod: whole-node GPU (``gpus`` = the node's GPUs, a training rank) or a tiny CPU pod.
 
     ``tolerations=None`` leaves ``spec.tolerations`` out entirely (admission
     must handle pods with and without the list); ``hostnames`` keeps the pod
     to those nodes by required node affinity on their hostname label;
-    ``node`` pins it to that one node as a DaemonSet pins its pods (``on_node``).
+    ``node`` pins it to that one node as a DaemonSet pins its pods (``on_node``); ``never_scheduled`` gates it
+    with ``NEVER_SCHEDULED`` (it stays Pending for good).
     """
     res = {"nvidia.com/gpu": str(gpus)} if gpus else dict(SMALL)
     spec: dict = {
@@ -75,6 +81,8 @@ def pod_body(name: str, run_id: str, *, gpus: int = 0, labels: dict | None = Non
         spec["priorityClassName"] = priority_class
     if restart_policy:
         spec["restartPolicy"] = restart_policy
+    if never_scheduled:
+        spec["schedulingGates"] = [{"name": NEVER_SCHEDULED}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata(name, run_id, labels), "spec": spec}
 
 

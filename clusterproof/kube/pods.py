@@ -24,7 +24,7 @@ from kubernetes import client
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
-from clusterproof.kube.apicalls import refused_by_rbac
+from clusterproof.kube.apicalls import refused_by_own_policy, refused_by_rbac
 from clusterproof.kube.client import (
     api_message,
     create_object,
@@ -66,7 +66,8 @@ def create_pods(api: client.ApiClient, ns: str, bodies: list[dict], workers: int
 def try_create(api: client.ApiClient, ns: str, body: dict,
                dry_run: bool = False) -> tuple[dict | None, client.ApiException | None]:
     """Create one pod; an admission refusal (4xx) is a result here, not an error. A refusal by RBAC is
-    not a result (the harness was not allowed to ask): one line, HarnessError."""
+    not a result (the harness was not allowed to ask), nor one by the harness's own admission policies (it sent a
+    shape they do not admit, or the cluster's admission made its pod into one): one line, HarnessError."""
     try:
         return json.loads(raw_request(api, "POST", pods_path(ns), {"dryRun": "All"} if dry_run else None,
                                       body=body).data), None
@@ -77,6 +78,11 @@ def try_create(api: client.ApiClient, ns: str, body: dict,
             raise HarnessError(f"the harness may not create pods in namespace {ns} ({api_message(e)}): grant it "
                                "(clusterproof/kube/rbac.yaml: clusterproof-pool in the pool, clusterproof-team in team "
                                "namespaces)") from None
+        own = refused_by_own_policy(e)
+        if own:
+            raise HarnessError(f"the harness's own admission policy refused its pod {body['metadata']['name']} in "
+                               f"namespace {ns} ({own}): the cluster's verdict on it cannot be told; if the pod as "
+                               "built carries none of what was refused, the cluster's own admission added it") from None
         return None, e
 
 

@@ -52,14 +52,14 @@ def idle_gpu_nodes(api: client.ApiClient) -> dict[str, dict]:
             if gpus_of(n) > 0 and n["metadata"]["name"] not in busy}
 
 
-def checker_pod(name: str, run_id: str, node: dict, image: str, gpus: int, marks: Marks, xid_window_ms: int) -> dict:
-    """The checker for ``node`` (a Node object): its taints each tolerated exactly, and the preflight taint whatever
-    its value (the cluster's preflight controller may change it while the pod waits)."""
+def checker_pod(name: str, run_id: str, node: dict, image: str, gpus: int, xid_window_ms: int) -> dict:
+    """The checker for ``node`` (a Node object): its taints, the preflight taint among them, each tolerated exactly
+    as read -- the harness's admission policies admit no wider toleration (docs/rbac.md), so a preflight controller
+    that changes the taint's value before the pod is bound leaves it Pending (a timeout naming the node)."""
     taints = (node.get("spec") or {}).get("taints") or []
     node_name = node["metadata"]["name"]
     body = pod_body(name, run_id, gpus=gpus, labels={CHECKER_LABEL: node_name[:63]}, restart_policy="Never",
-                    node=node_name, tolerations=[{"key": marks.taint_key, "operator": "Exists"},
-                                                 *tolerating([t for t in taints if t["key"] != marks.taint_key])])
+                    node=node_name, tolerations=tolerating(taints))
     c = body["spec"]["containers"][0]
     c["image"] = image
     c["command"] = ["python", "-m", "preflight", "check", "--expect-gpus", str(gpus),
@@ -99,7 +99,7 @@ def verdict_from_log(node: str, exit_code: str, log: str) -> dict:
 def run_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: dict[str, dict], image: str,
                      marks: Marks, xid_window_ms: int, timeout: float) -> dict[str, dict]:
     """One checker pod per node; their verdicts by node. An unpullable image: HarnessError."""
-    bodies = {name: checker_pod(f"preflight-{i}", run_id, node, image, gpus_of(node), marks, xid_window_ms)
+    bodies = {name: checker_pod(f"preflight-{i}", run_id, node, image, gpus_of(node), xid_window_ms)
               for i, (name, node) in enumerate(sorted(nodes.items()))}
     create_pods(api, ns, list(bodies.values()))
     pod_of = {b["metadata"]["name"]: node for node, b in bodies.items()}
@@ -135,7 +135,7 @@ def simulate_checker_pods(api: client.ApiClient, ns: str, run_id: str, nodes: di
     refused = []
     for i, name in enumerate(sorted(nodes)[:dry_run_sample]):
         body = checker_pod(f"preflight-dry-{i}", run_id, nodes[name], "example.com/clusterproof-preflight:dry-run",
-                           gpus, marks, 0)
+                           gpus, 0)
         _, err = try_create(api, ns, body, dry_run=True)
         if err is not None:
             refused.append(f"checker pod for {name}: {err.status} {err.reason}")
