@@ -40,7 +40,7 @@ from clusterproof.core.timeparse import epoch
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube import access
 from clusterproof.kube.access import FORBIDDEN, Manifest, over_broad
-from clusterproof.kube.apicalls import FORBIDDEN_RBAC, Call, load_dump
+from clusterproof.kube.apicalls import FORBIDDEN_RBAC, REFUSED_OWN_POLICY, Call, load_dump
 from clusterproof.kube.client import (
     api_message,
     create_if_absent,
@@ -189,6 +189,11 @@ def test_every_suite_passes_as_the_service_account_without_a_403(guest_runs, mod
         f"{why}\nthe run's last output:\n{g.run.output[-3000:]}"
     refused = {c.describe(): s[FORBIDDEN_RBAC] for c, s in g.calls.items() if FORBIDDEN_RBAC in s}
     assert not refused, f"RBAC refused {len(refused)} call(s) of the {mode} run: {refused}"
+    # The manifests' own policies refuse none of the harness's requests: only the permission check's probes, which
+    # are server-side dry runs sent to be refused.
+    own = {c.describe(): s[REFUSED_OWN_POLICY] for c, s in g.calls.items() if REFUSED_OWN_POLICY in s}
+    assert not own, f"the manifests' admission policies refused {len(own)} request(s) of the {mode} run " \
+                    f"(outside the allowlist of the harness's own shapes: clusterproof/kube/shapes.py): {own}"
     assert g.calls, "the run recorded no API call"
 
 

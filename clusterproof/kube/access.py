@@ -33,7 +33,6 @@ import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 from kubernetes import client
@@ -41,10 +40,8 @@ from kubernetes import client
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.apicalls import Call
 from clusterproof.kube.client import api_message, raw_request, server_url
+from clusterproof.kube.manifests import RBAC, RBAC_DESTRUCTIVE, manifest_docs, policy_names  # noqa: F401 (re-exported)
 
-HERE = Path(__file__).resolve().parent
-RBAC = HERE / "rbac.yaml"
-RBAC_DESTRUCTIVE = HERE / "rbac-destructive.yaml"
 SERVICE_ACCOUNT = "clusterproof"
 # The home namespace (the ServiceAccount's): run Leases, owner records, pool claims.
 HOME = "clusterproof"
@@ -200,11 +197,6 @@ class Manifest:
                 seen.add(key)
                 out.append(i)
         return out
-
-
-def manifest_docs(destructive: bool) -> list[dict]:
-    files = [RBAC] + ([RBAC_DESTRUCTIVE] if destructive else [])
-    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
 
 
 # --- what it must never be able to do -------------------------------------------------------
@@ -426,11 +418,6 @@ class Probe:
         return status < 300 or "exceeded quota" in message
 
 
-def policy_names(destructive: bool) -> list[str]:
-    """The ValidatingAdmissionPolicies of the manifests a run works under, in the manifests' order."""
-    return [d["metadata"]["name"] for d in manifest_docs(destructive) if d["kind"] == "ValidatingAdmissionPolicy"]
-
-
 def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | None = None,
            served: frozenset[str] = frozenset()) -> list[Probe]:
     """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount): a pod bound
@@ -439,7 +426,7 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
     (when ``served`` names its resource: 'podgroups', 'workloads'); destructive, the flood's FlowSchema at the
     ``exempt`` level and a label on ``node``. And two the policies must admit: a pod as a run builds it, and, on
     ``borrowable`` (a node of the pool a run borrows from, unclaimed), the claim a run writes."""
-    from clusterproof.core.run import metadata
+    from clusterproof.core.run import SCRATCH_LABEL, metadata
     from clusterproof.kube.node_taints import record_note
     from clusterproof.kube.pod_spec import pod_body
     from clusterproof.kube.tokens import SERVICE_ACCOUNT as LOAD
@@ -498,9 +485,8 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
             out.append(Probe("clusterproof-nodes", f"a label on node {node}", "PATCH", f"/api/v1/nodes/{node}",
                              {"metadata": {"labels": {"clusterproof.io/policy-probe": "true"}}}))
         if borrowable:
-            from clusterproof.cluster.scratch_nodes import ScratchNode
             n = borrowable["metadata"]["name"]
-            claim = ScratchNode(None, n, PROBE_RUN, PROBE_RUN, created=False).scratch_taint
+            claim = {"key": SCRATCH_LABEL, "value": PROBE_RUN, "effect": "NoSchedule"}   # scratch_nodes' claim
             out.append(Probe("clusterproof-nodes", f"the claim a run writes on node {n}", "PATCH", f"/api/v1/nodes/{n}",
                              {"metadata": {"annotations": record_note(PROBE_RUN, [claim], borrowable)},
                               "spec": {"taints": [*(borrowable["spec"].get("taints") or []), claim]}},

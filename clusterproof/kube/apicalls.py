@@ -18,6 +18,7 @@ its own namespaces from here, so no create site can forget to record it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import Counter
@@ -26,6 +27,8 @@ from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from kubernetes import client
+
+from clusterproof.kube.manifests import policy_names
 
 # Subresources of a namespace itself (``/api/v1/namespaces/x/status``), as in request-info.
 _NAMESPACE_SUBRESOURCES = {"status", "finalize"}
@@ -203,8 +206,17 @@ class CallRecorder:
 # policy's refusal may also be a 422 (a validation without a reason).
 FORBIDDEN_RBAC, FORBIDDEN_ADMISSION, FORBIDDEN_OTHER = "403 rbac", "403 admission", "403 other"
 REFUSED_OWN_POLICY = "own policy"
-OWN_POLICY = "ValidatingAdmissionPolicy 'clusterproof-"
 DRY_RUN = " (dry run)"
+
+
+@functools.cache
+def _own_policies() -> tuple[str, ...]:
+    """How a refusal names each policy of the manifests (the cluster's own policies may share the prefix)."""
+    return tuple(f"ValidatingAdmissionPolicy '{name}'" for name in policy_names(destructive=True))
+
+
+def own_policy_refused(message: str) -> bool:
+    return any(p in message for p in _own_policies())
 
 
 def refusal_kind(resp, url: str = "") -> int | str:
@@ -213,7 +225,7 @@ def refusal_kind(resp, url: str = "") -> int | str:
     if resp.status not in (403, 422):
         return resp.status
     message = str((_body(resp) or {}).get("message", ""))
-    if OWN_POLICY in message:
+    if own_policy_refused(message):
         return REFUSED_OWN_POLICY + (DRY_RUN if "dryRun=" in urlsplit(url).query else "")
     return _kind_of(message) if resp.status == 403 else resp.status
 
@@ -236,7 +248,7 @@ def refused_by_own_policy(e: client.ApiException) -> str:
         message = str(json.loads(e.body).get("message", ""))
     except (TypeError, ValueError, AttributeError):
         return ""
-    return message if OWN_POLICY in message else ""
+    return message if own_policy_refused(message) else ""
 
 
 def refused_by_rbac(e: client.ApiException) -> bool:
