@@ -45,6 +45,7 @@ from clusterproof.kube.client import (
     api_message,
     create_if_absent,
     delete_if_present,
+    get_if_present,
     load_client,
     merge_patch,
     raw_request,
@@ -348,10 +349,11 @@ VAP = "/apis/admissionregistration.k8s.io/v1"
 
 
 @contextlib.contextmanager
-def _policy_changed(api, policy: str, how: str):
-    """``clusterproof-services`` (a policy of rbac.yaml) for one test: deleted, its binding deleted, its binding set to
-    warn only, or its validation made to admit everything; put back as the manifest has it afterwards."""
-    docs = {(d["kind"], d["metadata"]["name"]): d for d in access.manifest_docs(False)}
+def _policy_changed(api, policy: str, how: str, variable: tuple[str, str] | None = None):
+    """A policy of the manifests for one test: deleted, its binding deleted, its binding set to warn only, its
+    validation made to admit everything, or (``variable``: name, expression) one variable changed; put back as
+    the manifest has it afterwards."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in access.manifest_docs(True)}
     policy_path, binding_path = f"{VAP}/validatingadmissionpolicies/{policy}", \
         f"{VAP}/validatingadmissionpolicybindings/{policy}"
     try:
@@ -363,6 +365,10 @@ def _policy_changed(api, policy: str, how: str):
             merge_patch(api, binding_path, {"spec": {"validationActions": ["Warn"]}})
         elif how == "admits-all":
             merge_patch(api, policy_path, {"spec": {"validations": [{"expression": "true"}]}})
+        elif how == "variable":
+            merge_patch(api, policy_path, {"spec": {"variables": [
+                {**v, "expression": variable[1]} if v["name"] == variable[0] else v
+                for v in docs[("ValidatingAdmissionPolicy", policy)]["spec"]["variables"]]}})
         yield
     finally:
         for kind, path in (("ValidatingAdmissionPolicy", policy_path), ("ValidatingAdmissionPolicyBinding",
@@ -386,7 +392,7 @@ def test_an_admission_policy_missing_unbound_or_not_in_force_ends_the_run_in_one
     tail = {"missing": "kubectl apply -f clusterproof/kube/rbac.yaml",
             "unbound": "is not bound to deny (binding clusterproof-services missing)",
             "warn-only": "kubectl apply -f clusterproof/kube/rbac.yaml",
-            "admits-all": "is not in force: a NodePort Service in clusterproof-0, sent as "
+            "admits-all": "is not in force: a Service in clusterproof-0 with externalIPs, sent as "
                           "system:serviceaccount:clusterproof:clusterproof (server-side dry run), was admitted"}[how]
     assert_one_line(run, expected, tail)
     assert token not in run.output
@@ -403,6 +409,107 @@ def test_an_api_server_without_admission_policies_is_told_in_one_line(monkeypatc
                                                   r"ValidatingAdmissionPolicy \(admissionregistration.k8s.io/v1, "
                                                   r"Kubernetes 1.30 or later\)"):
         access.check_policies(api, manifest, False, access.POLICY_USER)
+
+
+def test_a_pool_namespace_named_otherwise_ends_the_run_in_one_line(cluster, run_id, tmp_path):
+    """Negative control of the naming rule: the policies hold every ServiceAccount of a namespace named
+    clusterproof-..., so a pool namespace named otherwise would hold identities no policy looks at."""
+    ns = f"pool-{run_id[-4:]}"
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+        access.POOL_LABEL: "true", "pod-security.kubernetes.io/enforce": "restricted"}}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "clusterproof", "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": access.POOL_ROLE},
+             "subjects": [{"kind": "ServiceAccount", "name": access.SERVICE_ACCOUNT, "namespace": access.HOME}]}]
+    kubeconfig, token = guest.kubeconfig_for(cluster.api, tmp_path)
+    with guest.applied(cluster.api, docs):
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
+    assert_one_line(run, f"pool namespace(s) {ns} on https", "are not named clusterproof-<something>")
+    assert token not in run.output
+
+
+@contextlib.contextmanager
+def _quota_removed(api, namespace: str):
+    quota = next(d for d in access.manifest_docs(False) if d["kind"] == "ResourceQuota"
+                 and d["metadata"]["namespace"] == namespace)
+    path = f"/api/v1/namespaces/{namespace}/resourcequotas"
+    try:
+        delete_if_present(api, f"{path}/{access.QUOTA}")
+        yield
+    finally:
+        create_if_absent(api, path, quota)
+
+
+def test_a_pool_namespace_without_its_quota_ends_the_run_in_one_line(cluster, tmp_path):
+    kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
+    with _quota_removed(cluster.api, "clusterproof-3"):
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
+    assert_one_line(run, "ResourceQuota clusterproof is missing in namespace clusterproof-3 on https",
+                    "kubectl apply -f clusterproof/kube/rbac.yaml")
+
+
+def test_a_profile_larger_than_the_pools_quota_ends_a_destructive_run_in_one_line(cluster, tmp_path):
+    """The watch suite's per-node pods of a profile asking 9,000 at once, against the pool's 8,000."""
+    kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
+    with guest.applied(cluster.api, access.manifest_docs(True)[len(access.manifest_docs(False)):]):
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig), "--cp-allow-destructive",
+                          "--cp-set=watch_sizes=100,9000"], tmp_path, timeout=120)
+    assert_one_line(run, "allows pods 8000, but the profile's largest check needs 9000 at once (watch_sizes)")
+
+
+@pytest.mark.parametrize("policy,variable,expected", [
+    pytest.param("clusterproof-serviceaccounts", ("apiAudiences", '["https://elsewhere.example.com"]'),
+                 "admits a load identity's token only for https://elsewhere.example.com: add them to its variable "
+                 "apiAudiences", id="token-audiences"),
+    pytest.param("clusterproof-nodes", ("borrowable", "oldObject.metadata.?labels[?'example.com/pool'].orValue('') "
+                                                      "== 'shared'"),
+                 "the variable borrowable of clusterproof-nodes", id="borrowable-pool")])
+def test_a_policy_that_would_refuse_the_harness_ends_the_run_in_one_line(cluster, tmp_path, policy, variable,
+                                                                         expected):
+    """Negative controls of the admitted probes: a site whose API server's token audiences are not the ones the
+    policy lists, or whose node policy names another pool label than the profile's, would have the harness's own
+    requests refused mid-run (a false red); the run ends before any test instead, naming the variable."""
+    kubeconfig, token = guest.kubeconfig_for(cluster.api, tmp_path)
+    with guest.applied(cluster.api, access.manifest_docs(True)[len(access.manifest_docs(False)):]), \
+            _policy_changed(cluster.api, policy, "variable", variable):
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig), "--cp-allow-destructive"], tmp_path,
+                         timeout=120)
+    assert_one_line(run, expected)
+    assert token not in run.output
+
+
+def test_a_cluster_that_changes_the_harnesss_pods_ends_the_run_in_one_line(cluster, run_id, tmp_path):
+    """Negative control of the admitted pod probe: a cluster whose own mutating admission labels every pod of the
+    pool (a sidecar injector's mark, say) would have the harness's allowlist refuse every pod it sends; the run
+    ends before any test, naming what happened."""
+    name = f"sidecar-marks-{run_id[-4:]}"
+    version = next(v for v in ("v1", "v1beta1") if get_if_present(
+        cluster.api, f"/apis/admissionregistration.k8s.io/{v}/mutatingadmissionpolicies") is not None)
+    api = f"/apis/admissionregistration.k8s.io/{version}"
+    paths = {"MutatingAdmissionPolicy": f"{api}/mutatingadmissionpolicies",
+             "MutatingAdmissionPolicyBinding": f"{api}/mutatingadmissionpolicybindings"}
+    docs = [{"apiVersion": f"admissionregistration.k8s.io/{version}", "kind": "MutatingAdmissionPolicy",
+             "metadata": {"name": name},
+             "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                              "operations": ["CREATE"], "resources": ["pods"]}]},
+                      "reinvocationPolicy": "Never", "failurePolicy": "Fail",
+                      "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                          "[JSONPatch{op: 'add', path: '/metadata/labels/sidecar.example.com~1injected', "
+                          "value: 'true'}]")}}]}},
+            {"apiVersion": f"admissionregistration.k8s.io/{version}", "kind": "MutatingAdmissionPolicyBinding",
+             "metadata": {"name": name}, "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+                 "matchLabels": {access.POOL_LABEL: "true"}}}}}]
+    kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
+    try:
+        for doc in docs:
+            create_if_absent(cluster.api, paths[doc["kind"]], doc)
+        run = run_pytest([SCALE, "--cp-kubeconfig", str(kubeconfig)], tmp_path, timeout=120)
+    finally:
+        for doc in reversed(docs):
+            delete_if_present(cluster.api, f"{paths[doc['kind']]}/{name}")
+    assert_one_line(run, "a pod in clusterproof-0 as a run builds it", "was refused",
+                    "label sidecar.example.com/injected", "something on the cluster changes or refuses the harness's "
+                                                          "pods there")
 
 
 def test_an_anonymous_identity_is_told_in_one_line_that_it_cannot_ask(cluster, tmp_path):
@@ -478,8 +585,8 @@ def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, a
 def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_narrow_flow(cluster, tmp_path):
     """RBAC cannot restrict `create` by name; the ValidatingAdmissionPolicy of rbac-destructive.yaml does.
     As the ServiceAccount: a FlowSchema of another name, one named clusterproof-flood that would match
-    everyone's requests, and a level that borrows seats are all refused; the narrow one is admitted
-    (server-side dry run: nothing is stored)."""
+    everyone's requests, a level that lends seats and one that says nothing of borrowing (unlimited) are all
+    refused; the narrow one is admitted (server-side dry run: nothing is stored)."""
     extra = access.manifest_docs(True)[len(access.manifest_docs(False)):]
     fs, pl = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", \
         "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations"
@@ -493,11 +600,12 @@ def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_n
     ours = {"kind": "ServiceAccount", "serviceAccount": {"namespace": pool, "name": "clusterproof-load"}}
     everyone = {"kind": "Group", "group": {"name": "system:authenticated"}}
 
-    def level(shares, lendable=0):
+    def level(shares, lendable=0, borrowing: int | None = 0):
+        limited = {"nominalConcurrencyShares": shares, "lendablePercent": lendable, "limitResponse": {"type": "Reject"}}
+        if borrowing is not None:
+            limited["borrowingLimitPercent"] = borrowing
         return {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
-                "metadata": {"name": "clusterproof-flood"},
-                "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares, "lendablePercent": lendable,
-                                                         "limitResponse": {"type": "Reject"}}}}
+                "metadata": {"name": "clusterproof-flood"}, "spec": {"type": "Limited", "limited": limited}}
     with guest.applied(cluster.api, extra):
         sa = load_client(guest.kubeconfig_for(cluster.api, tmp_path)[0])
 
@@ -514,11 +622,14 @@ def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_n
                     "matches everyone": answer(fs, schema("clusterproof-flood", everyone)),
                     "too many shares": answer(pl, level(100)),
                     "lends seats": answer(pl, level(1, lendable=50)),
+                    "borrows without a bound": answer(pl, level(1, borrowing=None)),
                     "the narrow flow": answer(fs, schema("clusterproof-flood", ours)),
                     "the narrow level": answer(pl, level(1))}
     assert ("may create only the FlowSchema and priority level named clusterproof-flood"
             in verdicts["other name"]), verdicts
-    assert "may match only ServiceAccounts of its pool namespaces" in verdicts["matches everyone"], verdicts
+    assert "may match only its load ServiceAccount clusterproof-load of its pool namespaces" in \
+        verdicts["matches everyone"], verdicts
     assert "must be Limited, at most 10 shares" in verdicts["too many shares"], verdicts
     assert "lending and borrowing nothing" in verdicts["lends seats"], verdicts
+    assert "borrowingLimitPercent both present and 0" in verdicts["borrows without a bound"], verdicts
     assert verdicts["the narrow flow"] == verdicts["the narrow level"] == "admitted", verdicts

@@ -420,12 +420,13 @@ class Probe:
 
 def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | None = None,
            served: frozenset[str] = frozenset()) -> list[Probe]:
-    """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount): a pod bound
-    by ``nodeName``, a NodePort Service, a ServiceAccount of another name, a Role that may bind, ``clusterproof-pool``
-    bound to everyone, a ConfigMap and a Lease of names no run uses, a PodGroup or Workload of a shape no run makes
-    (when ``served`` names its resource: 'podgroups', 'workloads'); destructive, the flood's FlowSchema at the
-    ``exempt`` level and a label on ``node``. And two the policies must admit: a pod as a run builds it, and, on
-    ``borrowable`` (a node of the pool a run borrows from, unclaimed), the claim a run writes."""
+    """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount, and no quota
+    counts what is wrong with it): a pod bound by ``nodeName``, a Service with externalIPs, a ServiceAccount of
+    another name, a Role that may bind, ``clusterproof-pool`` bound to everyone, a ConfigMap and a Lease of names no
+    run uses, a PodGroup or Workload of a shape no run makes (when ``served`` names its resource: 'podgroups',
+    'workloads'); destructive, the flood's FlowSchema at the ``exempt`` level and a label on ``node``. And two the
+    policies must admit: a pod as a run builds it, and, on ``borrowable`` (a node of the pool a run borrows from,
+    unclaimed), the claim a run writes."""
     from clusterproof.core.run import SCRATCH_LABEL, metadata
     from clusterproof.kube.node_taints import record_note
     from clusterproof.kube.pod_spec import pod_body
@@ -441,9 +442,10 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
                  fix="something on the cluster changes or refuses the harness's pods there (a mutating webhook "
                      "that adds a sidecar, a label or a toleration the allowlist does not know), so every check "
                      "would be refused too"),
-           Probe("clusterproof-services", f"a NodePort Service in {pool}", "POST", f"{ns}/services", {
+           Probe("clusterproof-services", f"a Service in {pool} with externalIPs", "POST", f"{ns}/services", {
                "apiVersion": "v1", "kind": "Service", "metadata": metadata(name, PROBE_RUN),
-               "spec": {"type": "NodePort", "selector": {"clusterproof.io/none": "x"}, "ports": [{"port": 80}]}}),
+               "spec": {"selector": {"clusterproof.io/none": "x"}, "ports": [{"port": 80}],
+                        "externalIPs": ["192.0.2.1"]}}),
            Probe("clusterproof-serviceaccounts", f"a ServiceAccount {name} in {pool}", "POST",
                  f"{ns}/serviceaccounts", {"metadata": metadata(name, PROBE_RUN)}),
            Probe("clusterproof-roles", f"a Role in {pool} that may create RoleBindings", "POST", f"{rbac}/roles", {
@@ -554,7 +556,7 @@ def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool,
             status, message = probe.send(api)
             if probe.admit:
                 raise HarnessError(f"{probe.what}, sent as {user} (server-side dry run), was refused on {where} "
-                                   f"({status}: {message[:300]}): {probe.fix}") from None
+                                   f"({status}: {message[:600]}): {probe.fix}") from None
             said = "admitted" if status < 300 else f"refused otherwise ({status}: {message[:200]})"
             raise HarnessError(f"ValidatingAdmissionPolicy {probe.policy} on {where} is not in force: "
                                f"{probe.what}, sent as {user} (server-side dry run), was {said}; "
@@ -565,7 +567,8 @@ def _check_audiences(api: client.ApiClient, policy: dict, where: str) -> None:
     """The load identity's token is asked for without an audience, so it gets the API server's own; the policy
     admits only the audiences its variable apiAudiences lists. The harness's own token carries this server's
     audiences: each must be in the list, or every load check would be refused its token (one line)."""
-    token = (api.configuration.api_key or {}).get("authorization", "").removeprefix("Bearer ").strip()
+    keys = api.configuration.api_key or {}
+    token = str(keys.get("BearerToken") or keys.get("authorization") or "").removeprefix("Bearer ").strip()
     audiences = token_audiences(token)
     if not audiences:
         return
@@ -658,8 +661,9 @@ def check_quotas(api: client.ApiClient, manifest: Manifest, needs: dict[str, tup
             limit = hard.get(resource)
             if limit is not None and parse_quantity(limit) < need:
                 raise HarnessError(f"ResourceQuota {QUOTA} in pool namespace {ns} on {where} allows {resource} "
-                                   f"{limit}, but the profile's largest check needs {need} at once ({key}): lower "
-                                   f"that key, or raise the pool's quota (clusterproof/kube/rbac.yaml) and apply it")
+                                   f"{int(parse_quantity(limit))}, but the profile's largest check needs {need} at "
+                                   f"once ({key}): lower that key, or raise the pool's quota "
+                                   "(clusterproof/kube/rbac.yaml) and apply it")
 
 
 # Where each kind of the manifests is created (provision).
