@@ -373,6 +373,16 @@ def requests(s: Scene) -> list[Request]:
                     **metadata("red-owner", RED), "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
                                                                        "name": s.team_pod, "uid": s.team_pod_uid}]}},
                 since=48),
+        Request("team-pod-joining-the-teams-gang", f"a pod in {s.team_ns} labelled into the team's pod group",
+                "a member the team's gang waits for, or counts, that is not the team's", pods, "POST", f"{team}/pods",
+                pod_body("red-gang", RED, labels={"scheduling.x-k8s.io/pod-group": "training"}), since=48),
+        Request("pool-pod-of-a-megabyte", f"a pod in {s.pool} with a command of 800 kB",
+                "etcd filled, pod by pod, up to the pool's quota", pods, "POST", f"{pool}/pods",
+                _container("red-big", command=["x" * 4000] * 200), since=48),
+        Request("pool-pod-with-a-thousand-annotations", f"a pod in {s.pool} with 1,000 small clusterproof.io "
+                "annotations", "etcd filled, pod by pod, under the per-value bound", pods, "POST", f"{pool}/pods",
+                {**pod_body("red-many", RED), "metadata": {**metadata("red-many", RED), "annotations": {
+                    f"clusterproof.io/a-{i}": "x" * 200 for i in range(1000)}}}, since=48),
         Request("pool-pod-with-an-init-container", f"a pod in {s.pool} with an init container",
                 "code that runs before the one the harness means", pods, "POST", f"{pool}/pods",
                 _pod("red-init", initContainers=[restricted_init]), since=48),
