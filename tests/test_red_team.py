@@ -383,6 +383,14 @@ def requests(s: Scene) -> list[Request]:
                 "annotations", "etcd filled, pod by pod, under the per-value bound", pods, "POST", f"{pool}/pods",
                 {**pod_body("red-many", RED), "metadata": {**metadata("red-many", RED), "annotations": {
                     f"clusterproof.io/a-{i}": "x" * 200 for i in range(1000)}}}, since=48),
+        Request("pool-pod-with-a-second-container", f"a pod in {s.pool} with a second container beside the one "
+                "the harness means", "code of the attacker's running beside a check's", pods, "POST", f"{pool}/pods",
+                _pod("red-sidecar", containers=[*pod_body("x", RED)["spec"]["containers"], restricted_init]),
+                since=48),
+        Request("team-pod-in-the-root-group", f"a pod in {s.team_ns} running as group 0", "files of the root group "
+                "in the image and on shared volumes", pods, "POST", f"{team}/pods",
+                _pod("red-gid0", securityContext={**pod_body("x", RED)["spec"]["securityContext"], "runAsGroup": 0}),
+                since=48),
         Request("pool-pod-with-an-init-container", f"a pod in {s.pool} with an init container",
                 "code that runs before the one the harness means", pods, "POST", f"{pool}/pods",
                 _pod("red-init", initContainers=[restricted_init]), since=48),
