@@ -18,7 +18,6 @@ its own namespaces from here, so no create site can forget to record it.
 """
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from collections import Counter
@@ -209,14 +208,9 @@ REFUSED_OWN_POLICY = "own policy"
 DRY_RUN = " (dry run)"
 
 
-@functools.cache
-def _own_policies() -> tuple[str, ...]:
-    """How a refusal names each policy of the manifests (the cluster's own policies may share the prefix)."""
-    return tuple(f"ValidatingAdmissionPolicy '{name}'" for name in policy_names(destructive=True))
-
-
 def own_policy_refused(message: str) -> bool:
-    return any(p in message for p in _own_policies())
+    """Does ``message`` name a policy of the manifests by its exact name (the cluster's own may share the prefix)?"""
+    return any(f"ValidatingAdmissionPolicy '{name}'" in message for name in policy_names(destructive=True))
 
 
 def refusal_kind(resp, url: str = "") -> int | str:
