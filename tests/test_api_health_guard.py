@@ -17,9 +17,8 @@ import pytest
 from clusterproof.cluster.apiguard import Health, describe, rejections, server_errors
 from tests.harness import run_pytest
 
-pytestmark = pytest.mark.selftest
 
-
+@pytest.mark.cluster
 def test_an_undeclared_5xx_fails_its_module_and_a_declared_one_does_not(tmp_path):
     run = run_pytest(["tests/poison/api_5xx.py", "tests/poison/api_5xx_excused.py", "--cp-profile", "smoke"],
                      tmp_path, timeout=600)
@@ -57,6 +56,7 @@ apiserver_flowcontrol_rejected_requests_total{flow_schema="f",priority_level="p"
 """
 
 
+@pytest.mark.unit
 def test_guard_counts_5xx_and_429s_between_scrapes():
     before, after = TEXT % (5, 1, 0, 10), TEXT % (9, 3, 2, 25)
     errors = server_errors(before, after)
@@ -67,6 +67,7 @@ def test_guard_counts_5xx_and_429s_between_scrapes():
     assert h.report().startswith("429s per flow schema: f -> p: 15\n5xx: ")
 
 
+@pytest.mark.unit
 def test_an_excused_window_stays_open_until_the_5xx_count_stops_moving(monkeypatch):
     """A killed client's abandoned requests are counted a moment after it is gone: the 504s the apiserver
     counts after the block, while the count still moves, are excused too; the window closes when two reads
@@ -95,6 +96,7 @@ etcd_request_duration_seconds_bucket{operation="get",type="/registry/leases",le=
 """
 
 
+@pytest.mark.unit
 def test_a_5xx_says_whether_etcd_was_slow_as_the_apiserver_saw_it():
     """A 504 is the API server's deadline; the guard's line says whether storage held it up (etcd requests over
     1 s, the most first) or every etcd request was fast (then the API server itself was slow)."""

@@ -56,7 +56,7 @@ from tests.harness import (
 )
 from tests.test_burst_controls import EtcdStalls
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_api_overload.py"
 # A shorter flood for the controls (the checks and thresholds are the profile's).
 CONTROL = ("apf_flood_s=15", "apf_baseline_s=5", "apf_flood_pods=80")

@@ -13,7 +13,7 @@ from clusterproof.cluster import apiwork
 from clusterproof.cluster.apiwork import HARNESS, ModuleWork, Snapshot
 from clusterproof.kube.apicalls import CallRecorder
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 SCRAPE = """# TYPE apiserver_request_total counter
 apiserver_request_total{code="201",group="",resource="pods",subresource="",verb="POST"} %(pods)d

@@ -34,7 +34,7 @@ from clusterproof.kube.client import list_raw, load_client
 from clusterproof.report.allure import categories
 from tests.harness import background_pytest, ended_early
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 SUITE = "suites/test_burst_pod_creation.py"
 CLUSTER_VERDICTS = {"Cluster defect", "SLO broken",
                     "Regression against the baseline (--cp-baseline: a figure or a check got worse)"}

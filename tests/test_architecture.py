@@ -12,18 +12,19 @@ import pytest
 
 from clusterproof import architecture as arch
 
-pytestmark = pytest.mark.selftest
 
 @pytest.fixture(scope="module")
 def known():
     return arch.modules()
 
 
+@pytest.mark.cluster
 def test_the_committed_map_is_what_the_command_prints():
     committed = (arch.clusterproof.CHECKOUT / "docs" / "architecture.md").read_text()
     assert committed == arch.render(), f"docs/architecture.md is stale: run `{arch.COMMAND}`"
 
 
+@pytest.mark.cluster
 def test_every_suite_locustfile_and_bench_is_on_the_map(known):
     """A new suite, locustfile or bench shows up under a domain (or, importing none, around them)."""
     text = arch.render()
@@ -33,54 +34,64 @@ def test_every_suite_locustfile_and_bench_is_on_the_map(known):
     assert not missing, "\n".join(f"{p}: not on the map" for p in missing)
 
 
+@pytest.mark.cluster
 def test_no_import_cycles(known):
     v = arch.cycles(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_no_two_domains_depend_on_each_other(known):
     v = arch.domain_cycles(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_the_base_layers_import_no_domain_above_them(known):
     """core imports no other domain; kube and config only core (and each other); provision only core."""
     v = arch.layer_violations(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_report_imports_no_domain(known):
     v = arch.report_violations(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.unit
 def test_only_fixtures_and_suites_import_pytest(known):
     v = arch.pytest_violations(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.unit
 def test_only_report_imports_allure(known):
     """A domain hands its attachments over as data (clusterproof.core.attachment); report/ attaches them."""
     v = arch.allure_violations(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_load_imports_no_fixtures_or_suites(known):
     v = arch.load_violations(known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_no_private_names_imported_across_modules():
     v = arch.private_violations()
     assert not v, "\n".join(v)
 
 
+@pytest.mark.unit
 def test_the_life_of_a_run_names_only_what_exists(known):
     """Every module, function, class or constant the hand-written life of a run names is in the tree."""
     v = arch.unknown_names(arch.LIFE_OF_A_RUN, known)
     assert not v, "\n".join(v)
 
 
+@pytest.mark.cluster
 def test_namespaces_are_created_in_one_place():
     """``clusterproof.kube.namespaces.create_namespace`` is the one POST of a Namespace."""
     post = re.compile(r"""["']POST["']\s*,\s*["']/api/v1/namespaces["']""")
@@ -91,6 +102,7 @@ def test_namespaces_are_created_in_one_place():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.unit
 def test_the_rules_catch_what_they_state(tmp_path, monkeypatch):
     """Negative control: a planted cycle, a private import, a pytest import, an Allure import outside report/,
     a base-layer import and a name the life of a run might cite that is not in the tree are each reported in

@@ -13,7 +13,7 @@ import yaml
 
 from tests.harness import assert_one_line, run_pytest
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_cluster_scale.py"
 
 

@@ -19,7 +19,6 @@ from clusterproof.report import compare
 from clusterproof.report.compare import Row, Tolerance
 from tests.harness import NOT_JUDGED_SLO_S, run_pytest
 
-pytestmark = pytest.mark.selftest
 SCALE = "suites/test_cluster_scale.py"
 
 
@@ -33,6 +32,7 @@ def _summary(figures: dict, checks: dict | None = None, run_id="r1", finished="2
 TOL = Tolerance(pct=20, min_change={"s": 0.5})
 
 
+@pytest.mark.unit
 def test_a_figure_that_moved_the_wrong_way_beyond_tolerance_is_a_regression():
     c = compare.compare(_summary({"startup p99": (2.0, "s", "lower")}),
                         _summary({"startup p99": (3.0, "s", "lower")}), TOL)
@@ -52,12 +52,14 @@ def test_a_figure_that_moved_the_wrong_way_beyond_tolerance_is_a_regression():
     (1.0, None, "lower", "gone"),
 ], ids=["noise", "below-min-change", "faster", "throughput-halved", "throughput-up", "no-direction", "new",
         "gone"])
+@pytest.mark.unit
 def test_each_figure_is_judged_by_its_direction_tolerance_and_smallest_change(base, now, better, verdict):
     unit = "s" if better != "higher" else "pods/s"
     r = compare.judge(Row("x", unit, better, base, now), TOL)
     assert r.verdict == verdict
 
 
+@pytest.mark.unit
 def test_a_per_figure_override_and_a_change_from_zero_are_judged():
     tol = Tolerance(pct=20, overrides={"time ::": 60}, min_change={"": 1})
     assert compare.judge(Row("time :: burst", "s", "lower", 10.0, 15.0), tol).verdict == "within tolerance"
@@ -65,6 +67,7 @@ def test_a_per_figure_override_and_a_change_from_zero_are_judged():
     assert compare.judge(Row("burst :: 5xx responses", "", "lower", 0.0, 1.0), tol).verdict == "within tolerance"
 
 
+@pytest.mark.unit
 def test_a_check_that_passed_in_the_baseline_and_fails_now_is_listed_first_and_regresses():
     base = _summary({"a": (1.0, "s", "lower")}, {"suites/t.py::test_fixed": "failed", "suites/t.py::test_b": "passed"})
     now = _summary({"a": (1.0, "s", "lower")}, {"suites/t.py::test_fixed": "passed", "suites/t.py::test_b": "failed"})
@@ -76,6 +79,7 @@ def test_a_check_that_passed_in_the_baseline_and_fails_now_is_listed_first_and_r
     assert table.index("test_b") < table.index("test_fixed") and "REGRESSED: 1 check(s) now failing" in table
 
 
+@pytest.mark.unit
 def test_a_folder_of_baselines_is_their_median_and_the_newest_outcomes(tmp_path):
     for i, (v, outcome) in enumerate([(1.0, "failed"), (9.0, "failed"), (2.0, "passed")]):
         (tmp_path / f"night{i}").mkdir()
@@ -92,6 +96,7 @@ def test_a_folder_of_baselines_is_their_median_and_the_newest_outcomes(tmp_path)
     ("{not json", "cannot read baseline"),
     ('{"figures": {}}', "is not a clusterproof summary"),
 ], ids=["missing", "malformed", "not-a-summary"])
+@pytest.mark.unit
 def test_a_bad_baseline_is_one_line_naming_the_file(tmp_path, content, expected):
     path = tmp_path / "base.json"
     if content is not None:
@@ -100,6 +105,7 @@ def test_a_bad_baseline_is_one_line_naming_the_file(tmp_path, content, expected)
         compare.load(path)
 
 
+@pytest.mark.unit
 def test_the_direction_of_a_figure_comes_from_its_threshold_or_its_unit():
     assert better_of("s", 5.0, "<=") == "lower"
     assert better_of("pods", 100, ">=") == "none"      # "every planned pod": a verdict, not a figure
@@ -112,6 +118,7 @@ def test_the_direction_of_a_figure_comes_from_its_threshold_or_its_unit():
     assert better_of("calls", 3, "==") == "none"
 
 
+@pytest.mark.unit
 def test_the_command_line_comparison_exits_6_on_a_regression_and_0_otherwise(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_summary({"startup p99": (2.0, "s", "lower")})))
@@ -130,6 +137,7 @@ def _scale(cluster, profile, *extra):
     return [SCALE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name, *extra]
 
 
+@pytest.mark.cluster
 def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails_naming_the_figure(
         cluster, profile, tmp_path):
     first = run_pytest(_scale(cluster, profile), tmp_path / "first")
@@ -169,6 +177,7 @@ def test_a_rerun_against_its_own_summary_passes_and_a_much_faster_baseline_fails
     assert "time :: cluster_scale" in verdict[0]["statusDetails"]["message"]
 
 
+@pytest.mark.cluster
 def test_a_bad_baseline_ends_the_run_before_it_starts_with_one_line(profile, tmp_path):
     run = run_pytest([SCALE, "--cp-profile", profile.name, f"--cp-baseline={tmp_path / 'nope.json'}"], tmp_path)
     assert run.returncode == 4, run.output[-2000:]
@@ -176,6 +185,7 @@ def test_a_bad_baseline_ends_the_run_before_it_starts_with_one_line(profile, tmp
     assert "Traceback" not in run.output
 
 
+@pytest.mark.unit
 def test_a_comparison_read_back_from_its_json_prints_the_same_table():
     c = compare.compare(_summary({"p99": (2.0, "s", "lower")}, {"c": "passed"}),
                         _summary({"p99": (3.0, "s", "lower")}, {"c": "failed"}), TOL)
@@ -183,6 +193,7 @@ def test_a_comparison_read_back_from_its_json_prints_the_same_table():
     assert compare.text_report(back) == compare.text_report(c) and back.regressed
 
 
+@pytest.mark.cluster
 def test_a_long_key_keeps_the_figure_name_and_the_test_parameters():
     key = ("suites/test_gpu_preflight.py::test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones"
            "_are_released[p] :: time to quarantine, p99")

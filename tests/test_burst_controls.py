@@ -27,7 +27,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import list_raw
 from tests.harness import run_pytest, shipped_slo
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_burst_pod_creation.py"
 JOBS = ("burst-0", "burst-1")  # the smoke profile's two jobs
 

@@ -27,8 +27,6 @@ import pytest
 from clusterproof.core.errors import HarnessError
 from clusterproof.provision import hostpkgs, images, toolchain
 
-pytestmark = pytest.mark.selftest
-
 OTHER = 65534   # nobody
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
 
@@ -63,12 +61,14 @@ def kwokctl(cache: Path) -> Path:
 # ---------------------------------------------------------------- accepted
 
 @pytest.mark.parametrize("mode", [0o700, 0o755], ids=["0700", "0755"])
+@pytest.mark.unit
 def test_our_own_directories_are_trusted(cache, mode):
     cache.chmod(mode)
     assert toolchain.untrusted(kwokctl(cache), cache) is None
     assert toolchain.KWOK.path("kwokctl") == kwokctl(cache)
 
 
+@pytest.mark.unit
 def test_a_sticky_world_writable_directory_above_the_cache_is_trusted(tmp_path, monkeypatch):
     """/tmp's case: only an entry's owner (or the directory's, or root) may rename it there."""
     shared = tmp_path / "tmp"
@@ -79,6 +79,7 @@ def test_a_sticky_world_writable_directory_above_the_cache_is_trusted(tmp_path, 
     assert toolchain.untrusted(shared / "cache" / "bin" / "x", shared / "cache") is None
 
 
+@pytest.mark.unit
 def test_a_link_to_a_directory_of_our_own_is_trusted(cache, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(cache / "bin", elsewhere)
@@ -87,23 +88,27 @@ def test_a_link_to_a_directory_of_our_own_is_trusted(cache, tmp_path):
     assert toolchain.untrusted(kwokctl(cache), cache) is None
 
 
+@pytest.mark.unit
 def test_a_missing_binary_is_nothing_to_refuse(cache):
     assert toolchain.untrusted(toolchain.ETCD.directory / "etcd", cache) is None
 
 
 # ---------------------------------------------------------------- refused
 
+@pytest.mark.unit
 def test_a_group_writable_cache_is_refused(cache):
     cache.chmod(0o775)
     refused(kwokctl(cache), cache, f"{cache} (owner ", "mode 0775", "writable by its group", "chmod go-w",
             "CLUSTERPROOF_CACHE")
 
 
+@pytest.mark.unit
 def test_a_world_writable_directory_in_the_cache_is_refused(cache):
     toolchain.KWOK.directory.chmod(0o777)
     refused(kwokctl(cache), cache, f"{toolchain.KWOK.directory} (owner ", "mode 0777", "its group and every user")
 
 
+@pytest.mark.unit
 def test_a_world_writable_directory_above_the_cache_is_refused(cache):
     cache.parent.chmod(0o777)
     try:
@@ -112,30 +117,35 @@ def test_a_world_writable_directory_above_the_cache_is_refused(cache):
         cache.parent.chmod(0o700)
 
 
+@pytest.mark.unit
 def test_a_sticky_world_writable_cache_is_refused(cache):
     """Inside the cache the sticky bit is no excuse: anyone could add entries the harness would find."""
     cache.chmod(0o1777)
     refused(kwokctl(cache), cache, "mode 1777", "every user")
 
 
+@pytest.mark.unit
 def test_a_group_writable_binary_is_refused(cache):
     kwokctl(cache).chmod(0o775)
     refused(kwokctl(cache), cache, f"{kwokctl(cache)} (owner ", "mode 0775")
 
 
 @as_root
+@pytest.mark.unit
 def test_a_directory_of_another_user_is_refused(cache):
     os.chown(cache, OTHER, OTHER)
     refused(kwokctl(cache), cache, f"{cache} (owner nobody, mode 0700) belongs to another user", "chown")
 
 
 @as_root
+@pytest.mark.unit
 def test_a_binary_of_another_user_is_refused(cache):
     os.chown(kwokctl(cache), OTHER, OTHER)
     refused(kwokctl(cache), cache, f"{kwokctl(cache)} (owner nobody", "belongs to another user")
 
 
 @as_root
+@pytest.mark.unit
 def test_a_link_of_another_user_is_refused(cache, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     shutil.move(cache / "bin", elsewhere)
@@ -144,6 +154,7 @@ def test_a_link_of_another_user_is_refused(cache, tmp_path):
     refused(kwokctl(cache), cache, f"{cache / 'bin'} (owner nobody", "belongs to another user")
 
 
+@pytest.mark.unit
 def test_a_link_into_a_world_writable_directory_is_refused(cache, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     shutil.move(cache / "bin", elsewhere)
@@ -154,6 +165,7 @@ def test_a_link_into_a_world_writable_directory_is_refused(cache, tmp_path):
 
 # ---------------------------------------------------------------- the gate is on every way to run
 
+@pytest.mark.unit
 def test_component_path_and_ensure_refuse_an_untrusted_binary(cache):
     kwokctl(cache).chmod(0o777)
     with pytest.raises(HarnessError, match="kwokctl .*writable by its group and every user"):
@@ -162,6 +174,7 @@ def test_component_path_and_ensure_refuse_an_untrusted_binary(cache):
         toolchain.ensure(toolchain.KWOK, progress=lambda m: pytest.fail(f"built something: {m}"))
 
 
+@pytest.mark.unit
 def test_an_untrusted_image_is_not_imported(cache):
     d = images.images_root() / "pause-0123456789ab"
     d.mkdir(parents=True)
@@ -173,6 +186,7 @@ def test_an_untrusted_image_is_not_imported(cache):
         images.import_into(built, "/nonexistent.sock")
 
 
+@pytest.mark.unit
 def test_the_cache_is_made_0700_and_its_builds_sealed_whatever_the_umask(tmp_path, monkeypatch):
     monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path / "cache"))
     old = os.umask(0o002)
@@ -200,15 +214,18 @@ def test_the_cache_is_made_0700_and_its_builds_sealed_whatever_the_umask(tmp_pat
     ({"GOSUMDB": "sum.golang.org", "GONOSUMDB": "k8s.io"}, "GONOSUMDB=k8s.io"),
     ({"GOSUMDB": "sum.golang.org", "GOPRIVATE": "*.corp.example"}, "GOPRIVATE=*.corp.example"),
 ], ids=["sumdb-off", "nosumdb", "private"])
+@pytest.mark.unit
 def test_modules_exempt_from_the_checksum_database_are_named(goenv, named):
     assert toolchain.unchecked_modules(goenv) == named
 
 
+@pytest.mark.unit
 def test_the_default_checksum_database_is_accepted():
     assert toolchain.unchecked_modules({"GOSUMDB": "sum.golang.org", "GONOSUMDB": "", "GOPRIVATE": ""}) is None
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs go")
+@pytest.mark.unit
 def test_a_build_with_the_checksum_database_off_is_one_line(monkeypatch):
     monkeypatch.setenv("GOSUMDB", "off")
     with pytest.raises(HarnessError, match=r"checksum database \(GOSUMDB=off\).*env -u NAME") as e:
@@ -218,6 +235,7 @@ def test_a_build_with_the_checksum_database_off_is_one_line(monkeypatch):
 
 # ---------------------------------------------------------------- debootstrap's signatures
 
+@pytest.mark.unit
 def test_debootstrap_checks_signatures_with_the_debian_keyring(tmp_path):
     cmd = images.debootstrap_command(tmp_path / "rootfs")
     assert "--force-check-gpg" in cmd, cmd
@@ -228,6 +246,7 @@ def test_debootstrap_checks_signatures_with_the_debian_keyring(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounts a tmpfs: needs root and mount")
+@pytest.mark.host
 def test_debootstraps_mounts_keep_their_utab_off_the_host(tmp_path):
     """The mount command debootstrap runs writes its utab under the build's own directory, never the host's
     /run/mount (an x- option makes util-linux record the mount in utab, as debootstrap's may)."""
@@ -242,6 +261,7 @@ def test_debootstraps_mounts_keep_their_utab_off_the_host(tmp_path):
     assert os.path.exists("/run/mount") == had_run_mount, "the mount command made /run/mount on the host"
 
 
+@pytest.mark.unit
 def test_a_host_without_the_keyring_is_one_line(tmp_path):
     with pytest.raises(HarnessError) as e:
         images.require_keyring(tmp_path / "no-keyring.gpg")
@@ -250,11 +270,13 @@ def test_a_host_without_the_keyring_is_one_line(tmp_path):
     assert "apt-get install debian-archive-keyring" in line, line
 
 
+@pytest.mark.unit
 def test_make_setup_installs_the_keyring_the_build_requires():
     assert images.KEYRING_PACKAGE in hostpkgs.PACKAGES
 
 
 @pytest.mark.skipif(not images.KEYRING.is_file() or shutil.which("gpgv") is None, reason="no Debian keyring")
+@pytest.mark.unit
 def test_the_keyring_on_this_host_is_the_packaged_one():
     assert images.require_keyring() == images.KEYRING
     owner = subprocess.run(["dpkg-query", "-S", str(images.KEYRING)], capture_output=True, text=True)
@@ -268,6 +290,7 @@ I: Retrieving Packages
 """
 
 
+@pytest.mark.unit
 def test_the_base_records_the_key_that_signed_its_release():
     assert images.release_signature(CHECKED) == "4D64FEC119C2029067D6E791F8D2585B8783D481"
 
@@ -277,6 +300,7 @@ def test_the_base_records_the_key_that_signed_its_release():
     "I: Retrieving Packages \n",
     "I: Retrieving InRelease \nI: Retrieving Packages \n",
 ], ids=["keyring-missing-warning", "no-check-gpg"])
+@pytest.mark.unit
 def test_a_bootstrap_that_checked_no_signature_is_one_line(output, tmp_path):
     """The negative controls: what debootstrap prints without a keyring, or with --no-check-gpg."""
     with pytest.raises(HarnessError, match="no valid Release signature") as e:
@@ -284,6 +308,7 @@ def test_a_bootstrap_that_checked_no_signature_is_one_line(output, tmp_path):
     assert len(str(e.value).splitlines()) == 1 and "base.log" in str(e.value)
 
 
+@pytest.mark.unit
 def test_go_builds_spend_memory_for_cpu_unless_the_user_said_otherwise(monkeypatch):
     monkeypatch.delenv("GOGC", raising=False)
     monkeypatch.delenv("GOMEMLIMIT", raising=False)

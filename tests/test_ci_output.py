@@ -32,7 +32,6 @@ from clusterproof.report import allure as allure_page
 from clusterproof.report import ci, compare
 from clusterproof.report.summary import ReportSession
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 # What the child runs read from the environment: only what a test gives them (not this machine's CI).
 CI_VARS = ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID",
@@ -95,6 +94,7 @@ def _runs(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "out" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
 
 
+@pytest.mark.cluster
 def test_every_run_writes_junit_xml_into_its_directory_and_an_explicit_path_wins(tmp_path):
     files = {"test_two.py": "def test_green():\n    pass\n\ndef test_red():\n    assert 0, 'red'\n"}
     run = _run(tmp_path, files, "test_two.py")
@@ -110,6 +110,7 @@ def test_every_run_writes_junit_xml_into_its_directory_and_an_explicit_path_wins
     assert f"JUnit XML in {mine}" in again.stdout, again.stdout[-2000:]
 
 
+@pytest.mark.cluster
 def test_the_job_summary_gives_each_check_the_category_allure_gives_it(tmp_path):
     target = tmp_path / "step-summary.md"
     target.write_text("an earlier step's summary\n")
@@ -141,6 +142,7 @@ def test_the_job_summary_gives_each_check_the_category_allure_gives_it(tmp_path)
                         "reportName": f"clusterproof: run {d.name}"}
 
 
+@pytest.mark.cluster
 def test_lf_reruns_only_the_last_failures_and_the_cache_lives_in_the_output_directory(tmp_path):
     files = {"test_flaky.py": "import os\n\ndef test_a():\n    assert os.environ.get('RED') != 'a'\n\n"
                               "def test_b():\n    pass\n\ndef test_c():\n    pass\n"}
@@ -155,6 +157,7 @@ def test_lf_reruns_only_the_last_failures_and_the_cache_lives_in_the_output_dire
         list(project.rglob("*"))
 
 
+@pytest.mark.unit
 def test_the_source_tree_gets_no_pytest_cache():
     ini = (ROOT / "pytest.ini").read_text()
     assert "no:cacheprovider" not in ini and "cache_dir = ${" + outputs.PYTEST_CACHE_ENV + "}" in ini
@@ -175,6 +178,7 @@ def _summary(run_id: str, p99: float, outcome: str = "passed") -> dict:
                                                     "headline": True, "verdict": "within"}}}
 
 
+@pytest.mark.unit
 def test_the_job_summary_of_a_regressed_suite_run_names_its_figures_and_what_regressed(tmp_path):
     base, now = _summary("night-1", 2.0), _summary("night-2", 4.0)
     c = compare.compare(base, now, compare.Tolerance())
@@ -195,6 +199,7 @@ def test_the_job_summary_of_a_regressed_suite_run_names_its_figures_and_what_reg
     assert "[docs/exit-codes.md](https://github.com/o/r/blob/abc/docs/exit-codes.md)" in ok
 
 
+@pytest.mark.unit
 def test_no_job_summary_without_the_variable_and_a_file_it_cannot_write_changes_nothing(tmp_path, capsys):
     run = outputs.for_run("run-a", tmp_path).create()
     ci.session_end({}, 1, ReportSession(), run, str(run.allure_results))
@@ -224,6 +229,7 @@ GITHUB = {"GITHUB_ACTIONS": "true", "GITHUB_SERVER_URL": "https://github.com", "
     pytest.param({}, {"name": "local", "type": "local", "buildName": "run r1", "reportName": "clusterproof: run r1"},
                  id="local"),
 ])
+@pytest.mark.unit
 def test_executor_json_names_the_ci_build_or_the_local_run(env, expected):
     got = ci.executor(env, "r1")
     assert got == expected
@@ -231,6 +237,7 @@ def test_executor_json_names_the_ci_build_or_the_local_run(env, expected):
     assert set(got) <= allowed and isinstance(got.get("buildOrder", 0), int)   # Allure 2's ExecutorInfo
 
 
+@pytest.mark.unit
 def test_executor_json_says_a_retry_and_leaves_out_a_build_order_that_is_no_number(capsys):
     assert ci.executor({**GITHUB, "GITHUB_RUN_ATTEMPT": "2"}, "r1")["buildName"] == "nightly #42 (attempt 2)"
     got = ci.executor({"CLUSTERPROOF_CI_NAME": "Buildkite", "CLUSTERPROOF_CI_BUILD_ORDER": "seven"}, "r1")

@@ -30,7 +30,7 @@ from clusterproof.prometheus.server import runs_root, sweep_runs
 from clusterproof.provision import toolchain
 from tests.harness import ROOT, kept_from_other_sweeps, private_cache
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 SUITE = "suites/test_cluster_scale.py"
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller (the
 # scale suite schedules no gangs: no Coscheduling components).

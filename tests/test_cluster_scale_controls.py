@@ -15,7 +15,7 @@ from clusterproof.cluster.nodes import node_bodies, node_name
 from clusterproof.kube.client import delete_if_present, merge_patch, raw_request
 from tests.harness import allure_results, run_pytest
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_cluster_scale.py"
 
 

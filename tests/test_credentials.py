@@ -38,7 +38,6 @@ from tests.harness import background_pytest, ended_early, kill_run, private_cach
 from tests.test_prometheus_bad_input import assert_nowhere
 from tests.test_prometheus_cleanup import running_prometheus
 
-pytestmark = pytest.mark.selftest
 PROM_SUITE = "suites/test_prometheus_limits.py"
 SCALE = "suites/test_cluster_scale.py"
 PROM_PASSWORD = "prom-pass-not-a-real-one"
@@ -104,6 +103,7 @@ def _skip_reasons(run_dir) -> list[str]:
     return [s.get("message", "") for s in ET.parse(run_dir / "junit.xml").getroot().iter("skipped")]
 
 
+@pytest.mark.cluster
 def test_passwords_in_urls_are_used_but_never_shown(cluster, basic_auth_prometheus, tmp_path):
     port = basic_auth_prometheus
     kubeconfig = _with_password_in_server_url(cluster, tmp_path / "input")
@@ -144,6 +144,7 @@ def token_kubeconfig(cluster, run_id, tmp_path):
 
 
 @pytest.mark.parametrize("end", ["normal-end", "sigkill"])
+@pytest.mark.cluster
 def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_kubeconfig, api_guard, tmp_path):
     path, token = token_kubeconfig
     run_id = f"tok-{os.urandom(2).hex()}"
@@ -191,12 +192,14 @@ def test_the_copy_of_the_api_token_never_outlives_its_run(end, cluster, token_ku
     pytest.param("cannot reach http://a:b@h/ (see https://c:d@e)", "cannot reach http://***@h/ (see https://***@e)",
                  id="urls-in-text"),
 ])
+@pytest.mark.unit
 def test_a_urls_userinfo_is_masked_wherever_it_is_shown(given, shown):
     assert redact.url(given) == shown
     if "://" in given:   # a one-line error masks every URL in it (free text has no schemeless URLs)
         assert str(HarnessError(f"cannot reach {given}")) == f"cannot reach {shown}"
 
 
+@pytest.mark.cluster
 def test_the_prometheus_client_sends_url_credentials_as_basic_auth_and_keeps_a_clean_url():
     prom = Prom("http://us%40er:se%3Acret@127.0.0.1:9/")
     assert prom.url == "http://127.0.0.1:9"

@@ -48,13 +48,13 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.kube.pods import list_pods
 from clusterproof.kube.tokens import create_load_identity
 
-pytestmark = pytest.mark.selftest
 NETNS_PREFIX = "cp-lw-"
 NETNS_DIR = Path("/run/netns")
 
 
 # --- pure ---------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_worker_shares_never_overlap_and_cover_the_phase():
     phase = Phase("burst", 3, 7, 0)
     for workers in (1, 2, 3, 5):
@@ -65,6 +65,7 @@ def test_worker_shares_never_overlap_and_cover_the_phase():
     assert phase.pod_names(2, 7) == []          # a worker beyond the expected count has no share
 
 
+@pytest.mark.unit
 def test_missing_workers_line_names_the_missing_ones():
     m = Master(3, ("a", "b", "c"), "10.0.0.1", 5557, 30)
     line = missing_workers_line(m, [{"name": "b", "address": "10.0.0.7"}])
@@ -74,6 +75,7 @@ def test_missing_workers_line_names_the_missing_ones():
     assert "0 of 2 expected workers joined within 5 s; missing: 2 unnamed worker(s) (joined: none)" in line, line
 
 
+@pytest.mark.unit
 def test_a_lost_flood_workers_share_is_named_and_left_unjudged():
     """The flood's merge (in a process of its own: the locustfile imports locust, which patches the
     interpreter): worker 1 of 2 lost, so every second name of each kind is its share, and only the
@@ -125,6 +127,7 @@ print(user.host, user._headers["Authorization"], opts.cp_worker_name)
 """
 
 
+@pytest.mark.cluster
 def test_a_user_a_rebalance_spawns_keeps_the_workers_own_api_server_and_token():
     """Locust applies the master's arguments at every spawn message, and the master sends one again when a
     worker quits and its users move. Users made then must still use this worker's own ``--kube-*`` values:
@@ -135,6 +138,7 @@ def test_a_user_a_rebalance_spawns_keeps_the_workers_own_api_server_and_token():
     assert p.stdout.split() == ["https://10.251.0.1:6443", "Bearer", "worker-token", "host-b"], p.stdout
 
 
+@pytest.mark.cluster
 def test_load_worker_bad_input_is_one_line_and_exit_4():
     for args, expected in ((["--master", "nohost", "--locustfile", "burst"], "is not HOST:PORT"),
                            (["--master", "10.0.0.1:99999", "--locustfile", "burst"], "is not HOST:PORT"),
@@ -287,6 +291,7 @@ def _by_creator(api, ns: str, run_id: str, phase: Phase) -> dict[str, int]:
 
 # --- against the embedded cluster ----------------------------------------------------------------
 
+@pytest.mark.cluster
 def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster, profile, namespace, run_id,
                                                                          test_hosts, workers, tmp_path, caplog):
     """Two workers in two network namespaces; the harness's master. First the burst is split (each worker
@@ -348,6 +353,7 @@ def test_burst_is_split_across_two_hosts_and_a_lost_worker_loses_nothing(cluster
     clear_phase(cluster.api, namespace, run_id, lost)
 
 
+@pytest.mark.cluster
 def test_master_names_the_worker_that_never_joined(cluster, profile, namespace, run_id, test_hosts, workers,
                                                    tmp_path):
     """Two workers expected, one started: the run fails within the wait with one line naming the missing one."""
@@ -364,6 +370,7 @@ def test_master_names_the_worker_that_never_joined(cluster, profile, namespace, 
     assert read_workers(tmp_path / "locust-missing")[0]["name"] == "host-a"
 
 
+@pytest.mark.cluster
 def test_flood_runs_through_the_master_with_a_worker_in_a_namespace(cluster, profile, namespace, run_id,
                                                                    test_hosts, workers, tmp_path):
     """load/flood.py in distributed mode: one worker in a namespace, the master's summary and aggregate."""

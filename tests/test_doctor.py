@@ -21,8 +21,6 @@ from clusterproof import __version__, doctor
 from clusterproof.config.profile import load_profile
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.selftest
-
 # What ./proof's fast path may take at most on the loaded two cores (it measured ~5 s beside the self-tests):
 # far from the 14-16 minutes a cold set-up took before any word was printed.
 FAST_S = 60
@@ -52,6 +50,7 @@ def _path_without(tmp_path: Path, tool: str) -> str:
     return str(bin_dir)
 
 
+@pytest.mark.control
 def test_on_this_machine_every_prerequisite_of_the_embedded_run_with_a_real_node_is_present():
     run = _doctor("--cp-profile", "smoke", "--cp-set", "real_nodes=1")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -64,6 +63,7 @@ def test_on_this_machine_every_prerequisite_of_the_embedded_run_with_a_real_node
     assert run.stdout.splitlines()[-1].startswith(f"clusterproof doctor: all {len(lines)} prerequisites"), run.stdout
 
 
+@pytest.mark.control
 def test_a_run_against_a_kubeconfig_needs_no_root_real_node_or_openssl(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
@@ -80,6 +80,7 @@ def test_a_run_against_a_kubeconfig_needs_no_root_real_node_or_openssl(tmp_path)
     ("npx", "npx", "apt-get install npm", ()),
     ("ip", "ip", "apt-get install iproute2, or --cp-set real_nodes=0", ("--cp-set", "real_nodes=1")),
 ], ids=["openssl", "java", "npx", "iproute2"])
+@pytest.mark.control
 def test_a_missing_prerequisite_is_named_with_its_fix_and_exit_4(tmp_path, tool, name, fix, args):
     run = _doctor("--cp-profile", "smoke", *args, env={"PATH": _path_without(tmp_path, tool)})
     assert run.returncode == 4, run.stdout + run.stderr
@@ -88,6 +89,7 @@ def test_a_missing_prerequisite_is_named_with_its_fix_and_exit_4(tmp_path, tool,
     assert "1 of " in run.stdout.splitlines()[-1] and f"missing ({name})" in run.stdout.splitlines()[-1], run.stdout
 
 
+@pytest.mark.control
 def test_go_is_missing_only_while_something_is_left_to_build(tmp_path):
     """No Go: with an empty cache the run cannot be set up (MISSING, exit 4); with every binary cached
     nothing needs it (``unused``, exit 0)."""
@@ -100,6 +102,7 @@ def test_go_is_missing_only_while_something_is_left_to_build(tmp_path):
     assert cached.returncode == 0 and _lines(cached.stdout)["Go >= 1.26"].startswith("unused"), cached.stdout
 
 
+@pytest.mark.control
 def test_the_prerequisites_follow_the_profile():
     """A pure check of the decision (no process): real nodes bring root and the cgroups, none leave them out."""
     with_node = {p.name for p in doctor.prerequisites(doctor.Run(load_profile("smoke", ["real_nodes=1"])))}
@@ -110,6 +113,7 @@ def test_the_prerequisites_follow_the_profile():
     assert "openssl" not in {p.name for p in no_identities}
 
 
+@pytest.mark.control
 def test_bad_input_is_one_line_and_4():
     run = _doctor("--cp-set", "no_such_key=1")
     assert run.returncode == 4 and run.stdout == "", run
@@ -148,6 +152,7 @@ def _nothing_built(tmp_path: Path, run: subprocess.CompletedProcess) -> None:
     (["run", "--cp-doctor", "--cp-set", "real_nodes=0"], "clusterproof doctor: all "),
     (["doctor", "--cp-set", "real_nodes=0"], "clusterproof doctor: "),
 ], ids=["help", "version", "co", "collect-only", "cp-doctor", "doctor"])
+@pytest.mark.control
 def test_help_version_collection_and_the_doctor_answer_without_building(tmp_path, args, expected):
     run, took = _proof(tmp_path, *args)
     out = run.stdout + run.stderr
@@ -159,6 +164,7 @@ def test_help_version_collection_and_the_doctor_answer_without_building(tmp_path
     assert not (tmp_path / "out" / "runs").exists(), "a run was started"
 
 
+@pytest.mark.unit
 def test_the_versions_answer_without_a_venv_or_a_build(tmp_path):
     run, _ = _proof(tmp_path, "--version")
     assert run.returncode == 0 and run.stdout == f"clusterproof {__version__}\n", run

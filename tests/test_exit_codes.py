@@ -36,7 +36,6 @@ from clusterproof.core import exitcodes
 from clusterproof.core.waiting import wait_for
 from tests.harness import LATENCY_SLOS
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "docs" / "exit-codes.md"
 PYTEST_CODES = {int(c) for c in pytest.ExitCode}
@@ -150,6 +149,7 @@ def returned_codes() -> set[tuple[int, str]]:
     return found
 
 
+@pytest.mark.unit
 def test_the_scanner_finds_a_planted_code():
     planted = ("import sys\nfrom clusterproof.core import exitcodes\n"
                "def _usage():\n    return 12\n"
@@ -163,23 +163,27 @@ def test_the_scanner_finds_a_planted_code():
                                      "s")} == {17, 18}
 
 
+@pytest.mark.control
 def test_every_code_the_source_returns_is_in_the_table():
     table = table_codes()
     missing = sorted(f"{where}: exit {code}" for code, where in returned_codes() if code not in table)
     assert not missing, "codes returned but not in docs/exit-codes.md:\n" + "\n".join(missing)
 
 
+@pytest.mark.control
 def test_the_table_lists_no_code_nobody_returns():
     returned = {code for code, _ in returned_codes()} | PYTEST_CODES
     orphans = sorted(set(table_codes()) - returned)
     assert not orphans, f"docs/exit-codes.md lists codes nothing returns: {orphans}"
 
 
+@pytest.mark.control
 def test_no_code_of_ours_gives_pytests_2_3_or_5_another_meaning():
     reused = sorted(f"{where}: exit {code}" for code, where in returned_codes() if code in (2, 3, 5))
     assert not reused, "pytest's 2 (interrupted), 3 (internal error), 5 (nothing collected):\n" + "\n".join(reused)
 
 
+@pytest.mark.unit
 def test_the_table_and_the_code_side_are_one():
     assert set(table_codes()) == set(exitcodes.VERDICTS) == set(CONSTANTS.values())
     assert {int(c): c.name for c in pytest.ExitCode}.keys() <= set(exitcodes.VERDICTS)
@@ -210,6 +214,7 @@ def _proof(tmp_path: Path, *args: str, make_status: int = 0, timeout: float = 60
                           timeout=timeout)
 
 
+@pytest.mark.unit
 def test_proof_run_ends_with_4_on_bad_input_before_pytest_starts(tmp_path):
     run = _proof(tmp_path, "run", "--cp-set", "no_such_key=1")
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
@@ -218,12 +223,14 @@ def test_proof_run_ends_with_4_on_bad_input_before_pytest_starts(tmp_path):
     assert not (tmp_path / "out" / "runs").exists(), "pytest ran"
 
 
+@pytest.mark.control
 def test_proof_run_passes_pytests_own_code_through_nothing_selected_is_5(tmp_path):
     run = _proof(tmp_path, "run", "-q", "-k", "no_check_is_named_like_this_xyz")
     assert run.returncode == 5, run.stdout[-3000:] + run.stderr[-2000:]
     assert "deselected" in run.stdout
 
 
+@pytest.mark.control
 def test_a_red_check_exits_1_through_proof_with_its_junit_xml_in_the_run_directory(tmp_path):
     """No cluster: a check in a file of its own, run by ``./proof run FILE`` (a test path replaces the
     default ``suites``) with this checkout's pytest.ini -- the same pass-through a red suite check takes."""
@@ -239,6 +246,7 @@ def test_a_red_check_exits_1_through_proof_with_its_junit_xml_in_the_run_directo
     assert 'tests="2"' in text and 'failures="1"' in text and "arithmetic is broken" in text, text[:2000]
 
 
+@pytest.mark.unit
 def test_a_failed_set_up_is_8_and_an_unknown_command_4(tmp_path):
     run = _proof(tmp_path, "run", make_status=2)
     assert run.returncode == exitcodes.SETUP_FAILED and "set-up failed" in run.stderr, run.stderr
@@ -287,6 +295,7 @@ SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", 
     ("pytest suites/test_api_overload.py", 1, 6),
     ("test_cluster_scale.py --cp-profile nightly", 7, 7),
 ])
+@pytest.mark.control
 def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code, steps):
     """The history; the suites without a latency SLO beside the self-tests (started together: either may
     log first); the host-state self-test alone (it compares the machine's global state); the guest runs alone
@@ -313,6 +322,7 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
         assert (repo / "out" / "suites-on-smoke.log").exists()
 
 
+@pytest.mark.control
 def test_proof_test_forwards_sigterm_to_the_suites_beside_the_self_tests(tmp_path):
     """The run beside the self-tests starts with SIGINT ignored (a background job of a script): a SIGTERM to
     ./proof reaches it, ./proof waits for it to end (its teardown) and exits with its code (2, interrupted)."""
@@ -336,6 +346,7 @@ def test_proof_test_forwards_sigterm_to_the_suites_beside_the_self_tests(tmp_pat
     assert "exited 2" in out and "--cp-profile nightly" not in out, out
 
 
+@pytest.mark.unit
 def test_proof_tests_alone_step_holds_every_suite_that_judges_a_latency_slo():
     """A suite that reads a latency SLO bound (tests/harness.py LATENCY_SLOS) must run alone, never beside
     the self-tests' load: ./proof's SLO_SUITES is exactly those suites."""
@@ -347,6 +358,7 @@ def test_proof_tests_alone_step_holds_every_suite_that_judges_a_latency_slo():
         f"./proof SLO_SUITES {listed.group(1).split()} against the suites that judge a latency SLO {judging}")
 
 
+@pytest.mark.control
 def test_proof_run_mirrors_make_runs_steps_with_profile_args_and_its_own_arguments(tmp_path):
     repo = _fake_repo(tmp_path, {"pytest": 6})
     bin_dir = _stub_make(tmp_path)
@@ -359,6 +371,7 @@ def test_proof_run_mirrors_make_runs_steps_with_profile_args_and_its_own_argumen
         ["-m", "pytest", "--cp-profile", "smoke", "suites", "--cp-set", "nodes=500", "-k", "gang"]]
 
 
+@pytest.mark.unit
 def test_make_run_turns_every_code_into_2_which_is_why_proof_exists(tmp_path):
     """The Makefile's run target is an alias of ./proof run; GNU make itself ends with 2 on a failed recipe."""
     repo = tmp_path / "repo"

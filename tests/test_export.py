@@ -53,7 +53,6 @@ from clusterproof.prometheus.server import Limits, PromServer
 from clusterproof.provision import toolchain
 from clusterproof.report import export, origin
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 MIB = 1048576.0
@@ -154,6 +153,7 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 # --- origin ---------------------------------------------------------------------------------------
 
+@pytest.mark.cluster
 def test_the_summary_names_the_commit_the_version_the_kubernetes_client_and_the_profile_hash(run):
     facts = _summary(run)["run"]
     assert facts["clusterproof"] == clusterproof.__version__
@@ -164,6 +164,7 @@ def test_the_summary_names_the_commit_the_version_the_kubernetes_client_and_the_
     assert f"clusterproof {clusterproof.__version__}, commit {facts['commit'][:12]}" in run[1], run[1][-2000:]
 
 
+@pytest.mark.control
 def test_the_report_environment_and_junit_xml_carry_the_same_origin(run):
     facts = _summary(run)["run"]
     expected = {"clusterproof.version": facts["clusterproof"], "clusterproof.commit": facts["commit"],
@@ -178,6 +179,7 @@ def test_the_report_environment_and_junit_xml_carry_the_same_origin(run):
     assert {k: props.get(k) for k in expected} == expected
 
 
+@pytest.mark.unit
 def test_the_profile_hash_follows_its_values_not_its_name():
     smoke = load_profile("smoke")
     assert origin.profile_sha256(load_profile("smoke")) == origin.profile_sha256(smoke)
@@ -185,6 +187,7 @@ def test_the_profile_hash_follows_its_values_not_its_name():
     assert len(origin.profile_sha256(smoke)) == 64 and origin.profile_sha256(None) is None
 
 
+@pytest.mark.unit
 def test_an_installed_package_names_its_version_and_says_its_commit_is_unknown(tmp_path):
     installed = origin.source(None, "9.9.9")
     assert (installed.version, installed.commit, installed.dirty) == ("9.9.9", None, None)
@@ -194,6 +197,7 @@ def test_an_installed_package_names_its_version_and_says_its_commit_is_unknown(t
     assert origin.source(tmp_path).commit_field == "unknown (a source tree without .git)"
 
 
+@pytest.mark.unit
 def test_a_tree_with_changes_is_dirty_and_a_clean_one_is_not(tmp_path):
     """The negative control of ``dirty``: a clean commit is not, an edit and an untracked file are."""
     _git("init", "-q", cwd=tmp_path)
@@ -212,6 +216,7 @@ def test_a_tree_with_changes_is_dirty_and_a_clean_one_is_not(tmp_path):
 
 # --- junit.xml ------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_each_figure_is_a_property_of_its_checks_testcase(run):
     cases = {c.get("name"): c for c in ET.parse(run[0] / "junit.xml").getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_measures"].find("properties")}
@@ -238,6 +243,7 @@ def _read_perfdata(reader: Path, path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(reader), str(path)], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.cluster
 def test_the_perfdata_is_read_by_the_type_perfdash_reads_clusterloader2_files_into(run, reader):
     read = _read_perfdata(reader, run[0] / "perfdata.json")
     assert read.returncode == 0, read.stderr
@@ -269,6 +275,7 @@ BROKEN_PERFDATA = {
 
 
 @pytest.mark.parametrize("broken", list(BROKEN_PERFDATA))
+@pytest.mark.cluster
 def test_a_broken_perfdata_is_refused_by_the_reader(run, reader, tmp_path, broken):
     data = json.loads((run[0] / "perfdata.json").read_text())
     change, expected = BROKEN_PERFDATA[broken]
@@ -294,6 +301,7 @@ def _promtool(binaries: toolchain.Component, text: bytes) -> subprocess.Complete
                           timeout=60)
 
 
+@pytest.mark.cluster
 def test_the_openmetrics_file_passes_promtool(run, prometheus_binaries):
     text = (run[0] / "openmetrics.txt").read_bytes()
     assert text.endswith(b"# EOF\n")
@@ -310,6 +318,7 @@ BROKEN_METRICS = {
 
 
 @pytest.mark.parametrize("broken", list(BROKEN_METRICS))
+@pytest.mark.cluster
 def test_a_broken_openmetrics_file_is_refused_by_promtool(run, prometheus_binaries, broken):
     old, new, expected = BROKEN_METRICS[broken]
     text = (run[0] / "openmetrics.txt").read_bytes()
@@ -326,6 +335,7 @@ def _value(prom, expr: str) -> list[dict]:
     return answer.data["result"]
 
 
+@pytest.mark.cluster
 def test_prometheus_scrapes_the_file_and_answers_with_the_figures(run, prometheus_binaries, http, tmp_path):
     """The file served as OpenMetrics (and two broken copies: no ``# EOF``, a value that is not a number);
     Prometheus takes the first and answers queries with its figures in base units, and refuses the others
@@ -364,6 +374,7 @@ def test_prometheus_scrapes_the_file_and_answers_with_the_figures(run, prometheu
 
 # --- the Pushgateway ------------------------------------------------------------------------------
 
+@pytest.mark.cluster
 def test_the_run_pushed_its_metrics_to_the_pushgateway_path_of_its_job_and_profile(run, http, prometheus_binaries):
     pushes = [r for r in http.received if r[1].startswith("/metrics/")]
     assert [(method, path) for method, path, _, _ in pushes] == [("PUT", "/metrics/job/clusterproof/profile/smoke")]
@@ -374,6 +385,7 @@ def test_the_run_pushed_its_metrics_to_the_pushgateway_path_of_its_job_and_profi
     assert f"pushed to the Pushgateway {_url(http)} (job clusterproof, profile smoke)" in run[1]
 
 
+@pytest.mark.unit
 def test_a_pushgateway_that_refuses_is_one_line_and_the_files_are_still_written(run, http, tmp_path):
     http.status = 500
     try:
@@ -390,6 +402,7 @@ def test_a_pushgateway_that_refuses_is_one_line_and_the_files_are_still_written(
     (["--cp-pushgateway", "pushgateway:9091"], "clusterproof: --cp-pushgateway 'pushgateway:9091': give the "
                                                "Pushgateway's URL"),
 ], ids=["unknown format", "not a URL"])
+@pytest.mark.cluster
 def test_bad_export_arguments_are_one_line_and_exit_4(tmp_path, args, expected):
     proc = _tiny(tmp_path, *args)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -397,6 +410,7 @@ def test_bad_export_arguments_are_one_line_and_exit_4(tmp_path, args, expected):
     assert len(lines) == 1 and expected in lines[0], proc.stderr
 
 
+@pytest.mark.unit
 def test_percentile_names_group_and_other_names_stand_alone():
     assert export.percentile_of("time to quarantine, p99") == ("99", "time to quarantine")
     assert export.percentile_of("create pod p99, apiserver histogram") == ("99", "create pod, apiserver histogram")

@@ -65,8 +65,6 @@ from clusterproof.provision import toolchain
 from tests import guest
 from tests.harness import ROOT, private_cache, run_leftovers, run_pytest
 
-pytestmark = [pytest.mark.selftest]
-
 # The site: its own label and taint keys, the pools the profile's node plan names.
 SITE = "example.io"
 POOL_KEY, TEAM_KEY, PREFLIGHT_KEY = f"{SITE}/pool", f"{SITE}/team", f"{SITE}/preflight"
@@ -233,6 +231,7 @@ def _labelled(api, run_id: str) -> list[str]:
     pytest.param("cp-20990101-000000-abcd", False, True, id="embedded-here-as-admin"),
     pytest.param(None, False, False, id="anything-else"),
     pytest.param("cp-20990101-000000-abcd", True, False, id="as-real-cluster")])
+@pytest.mark.unit
 def test_only_an_embedded_cluster_reached_as_its_admin_is_owned(monkeypatch, found, as_real, owned):
     """Pure: the decision is ``kwok.embedded_here`` (its own checks are the server, the CA of a cluster directory
     of this machine's and an identity in system:masters), overridden by --cp-as-real-cluster."""
@@ -241,6 +240,7 @@ def test_only_an_embedded_cluster_reached_as_its_admin_is_owned(monkeypatch, fou
     assert got == owned and why.startswith("the harness's own embedded cluster" if owned else "a guest"), why
 
 
+@pytest.mark.cluster
 def test_a_cluster_made_by_hand_is_a_guest_even_reached_as_its_admin(site):
     """Its nodes are all kwok nodes, it runs on this machine, its admin is in system:masters: still a guest's."""
     for kubeconfig in (site.admin, site.sa):
@@ -259,12 +259,14 @@ def guest_run(site, tmp_path_factory):
     return SimpleNamespace(run_id=run_id, run=run, outcomes=outcomes)
 
 
+@pytest.mark.cluster
 def test_the_harness_is_a_guest_working_in_the_pool(guest_run):
     out = guest_run.run.output
     assert "a guest: not an embedded cluster the harness started" in out and "namespace pool:" in out, out[-3000:]
     assert "every node a kwok node" in out, out[-3000:]
 
 
+@pytest.mark.cluster
 def test_the_one_red_is_kwokctls_admin_components_and_nothing_errors(guest_run):
     """kwokctl's components run as system:masters: APF exempts their traffic, and the classification check says so,
     naming each FlowSchema the profile expects and ``exempt``. Nothing else is red, and nothing is an error."""
@@ -282,6 +284,7 @@ def test_the_one_red_is_kwokctls_admin_components_and_nothing_errors(guest_run):
     assert sum(o == "passed" for o, _ in outcomes.values()) >= 10, outcomes
 
 
+@pytest.mark.cluster
 def test_every_skip_is_one_line_naming_what_would_enable_the_check(guest_run):
     skips = {t: m for t, (o, m) in guest_run.outcomes.items() if o == "skipped"}
     assert skips, guest_run.outcomes
@@ -292,6 +295,7 @@ def test_every_skip_is_one_line_naming_what_would_enable_the_check(guest_run):
     assert "does not grant" not in guest_run.run.output, "a check asked for a permission the shipped roles lack"
 
 
+@pytest.mark.cluster
 def test_nothing_the_run_labelled_is_left_on_the_cluster(site, guest_run):
     left = run_leftovers(site.api, guest_run.run_id) + _labelled(site.api, guest_run.run_id)
     assert not left, f"left on the site's cluster by run {guest_run.run_id}: {sorted(set(left))}"
@@ -311,6 +315,7 @@ def _untainted(api, node: str):
         merge_patch(api, path, {"spec": {"taints": kept}})
 
 
+@pytest.mark.cluster
 def test_a_team_node_without_its_taint_is_red_there_naming_it(site, tmp_path):
     """The site broken on purpose: the shape check of that pool is red, naming the node and the taint; nothing
     else of the suite is."""

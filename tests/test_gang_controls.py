@@ -22,7 +22,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.gang import gangs as g
 from tests.harness import allure_results, run_pytest
 
-pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]
+pytestmark = [pytest.mark.control, pytest.mark.coscheduling]
 SUITE = "suites/test_gang_scheduling.py"
 EXACTNESS = {
     "test_gang_is_bound_all_together_or_not_at_all[coscheduling]": "gang one-too-many is partially bound",

@@ -5,7 +5,7 @@ import pytest
 
 from clusterproof.report.summary import GANG_PARAMS, KUEUE, gang_mechanisms, terminal_lines
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 GANG = "suites/test_gang_scheduling.py::"
 CHECKS = {
     GANG + "test_gang_is_bound_all_together_or_not_at_all[coscheduling]": {"outcome": "passed"},

@@ -13,7 +13,7 @@ import pytest
 
 from clusterproof.cluster.kwok import describe_go_env
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 
 
 def _go_runtime(pid: int) -> dict[str, str]:

@@ -48,7 +48,7 @@ from tests.harness import (
     run_pytest,
 )
 
-pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
+pytestmark = [pytest.mark.control, pytest.mark.coscheduling]   # the session's cluster runs the gang scheduler
 SUITE = "suites/test_gpu_preflight.py"
 DECIDED = "test_faulty_nodes_stay_quarantined_with_their_reason_and_healthy_ones_are_released"
 WAITING = "test_workloads_waiting_for_new_nodes_are_bound_only_to_released_ones"

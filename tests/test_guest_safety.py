@@ -42,7 +42,7 @@ from clusterproof.kube.ownership import OwnerRecord, is_recorded
 from clusterproof.kube.pod_spec import pod_body
 from tests.harness import KILLED_RUN_LEASE, ROOT, background_pytest, ended_early, kill_run, run_leftovers, run_pytest
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 SCALE = "suites/test_cluster_scale.py"
 
 

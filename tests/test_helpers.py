@@ -21,7 +21,7 @@ from clusterproof.kube.access import Manifest
 from clusterproof.kube.apicalls import Call, classify, refused_by_rbac
 from clusterproof.kube.informer import Gone, Informer
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("name,nodes", [pytest.param("smoke", 100, id="smoke"),

@@ -62,7 +62,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.provision import toolchain
 from tests.harness import background_pytest, ended_early, private_cache
 
-pytestmark = [pytest.mark.selftest,
+pytestmark = [pytest.mark.host,
               pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
                                  reason="the host's global state is compared: this module runs alone, not beside "
                                         "other workers' real nodes (./proof test runs it in a step of its own)")]

@@ -37,7 +37,6 @@ from clusterproof.core.processes import unmount_under
 from clusterproof.core.waiting import wait_for
 from clusterproof.provision import images, toolchain
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 NVML_TARGET = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
@@ -90,6 +89,7 @@ def pause_binary(tmp_path_factory) -> Path:
     return images.compile_pause(tmp_path_factory.mktemp("pause") / "pause")
 
 
+@pytest.mark.unit
 def test_pause_binary_is_static_and_stripped(pause_binary):
     facts = _elf_facts(pause_binary)
     assert 3 not in facts["ptypes"] and 2 not in facts["ptypes"], "has PT_INTERP/PT_DYNAMIC: not static"
@@ -98,6 +98,7 @@ def test_pause_binary_is_static_and_stripped(pause_binary):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.unit
 def test_pause_sleeps_until_signalled_then_exits_0(pause_binary, sig):
     p = subprocess.Popen([str(pause_binary)], stderr=subprocess.PIPE, text=True)
     try:
@@ -113,6 +114,7 @@ def test_pause_sleeps_until_signalled_then_exits_0(pause_binary, sig):
             p.wait()
 
 
+@pytest.mark.host
 def test_pause_as_pid_1_reaps_orphans(pause_binary):
     """In its own PID namespace pause is PID 1: orphans are reparented to it and must not stay zombies."""
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", str(pause_binary)],
@@ -168,6 +170,7 @@ def _members(layer: bytes) -> dict[str, tarfile.TarInfo]:
         return {m.name: m for m in tf.getmembers()}
 
 
+@pytest.mark.host
 def test_second_build_is_a_cache_hit(built):
     for im in images.IMAGES:
         t0 = time.monotonic()
@@ -179,6 +182,7 @@ def test_second_build_is_a_cache_hit(built):
                (first.ref, first.config_digest, first.manifest_digest, first.size)
 
 
+@pytest.mark.host
 def test_archives_have_honest_digests_and_tags(built):
     for b in built.values():
         manifest, config, layers = _archive(b)
@@ -189,6 +193,7 @@ def test_archives_have_honest_digests_and_tags(built):
         assert b.digest_ref == f"{b.repository}@{b.manifest_digest}"
 
 
+@pytest.mark.host
 def test_pause_image_is_one_static_binary(built):
     _, config, (layer,) = _archive(built["pause"])
     members = _members(layer)
@@ -197,6 +202,7 @@ def test_pause_image_is_one_static_binary(built):
     assert config["config"]["User"] == "65535:65535"
 
 
+@pytest.mark.host
 def test_checker_image_matches_the_dockerfile(built):
     _, config, (base, app) = _archive(built["checker"])
     c = config["config"]
@@ -248,6 +254,7 @@ def _one_line(run: subprocess.CompletedProcess, *expected: str, code: int = exit
         assert e in run.stderr, run.stderr
 
 
+@pytest.mark.unit
 def test_missing_tools_and_bad_arguments_are_one_line(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -259,6 +266,7 @@ def test_missing_tools_and_bad_arguments_are_one_line(tmp_path):
     _one_line(_cli("pause", "--import"), "--import needs a containerd socket")
 
 
+@pytest.mark.host
 def test_checker_build_as_non_root_is_one_line(tmp_path):
     """Runs the package as uid 65534, so the checkout and its venv must be open to other users."""
     probe = subprocess.run(_as_user(65534, sys.executable, "-c", "import clusterproof"), cwd=ROOT,
@@ -271,6 +279,7 @@ def test_checker_build_as_non_root_is_one_line(tmp_path):
     _one_line(_cli("checker", env=env, user=65534), "needs root", "sudo", code=exitcodes.SETUP_FAILED)
 
 
+@pytest.mark.unit
 def test_a_missing_nvidia_ml_py_is_one_line(monkeypatch):
     """The checker image pins the nvidia-ml-py installed beside the harness (the lock's); none is one line."""
     def missing(name):
@@ -280,6 +289,7 @@ def test_a_missing_nvidia_ml_py_is_one_line(monkeypatch):
         images.nvidia_ml_py_pin()
 
 
+@pytest.mark.host
 def test_import_into_a_missing_socket_is_one_line(built, tmp_path):
     with pytest.raises(HarnessError, match="no containerd socket"):
         images.import_into(built["pause"], str(tmp_path / "nothing.sock"))
@@ -396,6 +406,7 @@ def mock_nvml() -> Path:
     return toolchain.ensure(toolchain.MOCKNVML, progress=lambda m: print(m, flush=True)).path("libnvidia-ml.so.1")
 
 
+@pytest.mark.host
 def test_import_resolves_tag_and_digest_ref(containerd, imported):
     records = images.image_records(containerd.address)
     for b in imported.values():
@@ -412,6 +423,7 @@ def _run_checker(containerd, ref: str, name: str, *extra: str) -> subprocess.Com
                           check=False, timeout=120)
 
 
+@pytest.mark.host
 def test_checker_passes_with_the_node_library_mounted(containerd, imported, mock_nvml):
     b = imported["checker"]
     run = _run_checker(containerd, b.digest_ref, "checker-ok",
@@ -426,6 +438,7 @@ def test_checker_passes_with_the_node_library_mounted(containerd, imported, mock
     assert verdict["library"].endswith("/x86_64-linux-gnu/libnvidia-ml.so.1"), verdict["library"]
 
 
+@pytest.mark.host
 def test_checker_without_the_library_exits_4(containerd, imported):
     run = _run_checker(containerd, imported["checker"].ref, "checker-nolib")
     assert run.returncode == 4, (run.returncode, run.stdout, run.stderr)
@@ -434,6 +447,7 @@ def test_checker_without_the_library_exits_4(containerd, imported):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.host
 def test_pause_image_runs_and_stops_on_sigterm(containerd, imported):
     b = imported["pause"]
     p = subprocess.Popen([*containerd.enter, "ctr", "--address", containerd.address, "-n", "k8s.io", "run", "--rm",

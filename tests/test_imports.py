@@ -20,8 +20,6 @@ import pytest
 from tests.harness import ROOT, run_pytest
 from tests.one_name import ENV
 
-pytestmark = pytest.mark.selftest
-
 PROBE = ["-p", "tests.one_name"]
 TOP_LEVEL = ("suites", "fixtures", "load")
 
@@ -36,6 +34,7 @@ def _held_to_one_name(report: dict) -> None:
     assert not stray, f"modules imported by their checkout path, not as clusterproof.*: {stray}"
 
 
+@pytest.mark.cluster
 def test_collecting_the_whole_tree_imports_each_module_once(tmp_path):
     probe = tmp_path / "probe.json"
     run = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *PROBE,
@@ -48,6 +47,7 @@ def test_collecting_the_whole_tree_imports_each_module_once(tmp_path):
     assert "clusterproof.suites.test_cluster_scale" in names and "clusterproof.fixtures.cluster" in names, names
 
 
+@pytest.mark.cluster
 def test_the_control_without_the_checkouts_conftest_imports_the_suites_by_their_path(tmp_path):
     """The negative control: pytest left to its default names the suites ``suites.test_x`` -- what the
     checks above catch."""
@@ -60,6 +60,7 @@ def test_the_control_without_the_checkouts_conftest_imports_the_suites_by_their_
         _held_to_one_name(json.loads(probe.read_text()))
 
 
+@pytest.mark.cluster
 def test_a_run_of_a_shipped_check_imports_each_module_once_and_keys_its_figures_as_installed(
         tmp_path, cluster, profile):
     probe = tmp_path / "probe.json"
@@ -73,6 +74,7 @@ def test_a_run_of_a_shipped_check_imports_each_module_once_and_keys_its_figures_
         in keys, sorted(keys)
 
 
+@pytest.mark.unit
 def test_a_shipped_checks_id_is_the_same_from_a_checkout_and_an_installed_package():
     from clusterproof.report.summary import check_id
     mod = "clusterproof.suites.test_cluster_scale"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.harness import run_pytest
 
-pytestmark = [pytest.mark.selftest, pytest.mark.kueue]
+pytestmark = [pytest.mark.control, pytest.mark.kueue]
 SUITE = "suites/test_kueue_admission.py"
 WHOLE = "test_a_jobset_is_admitted_whole_or_not_at_all_under_its_quota"
 PREEMPT = "test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of_one"

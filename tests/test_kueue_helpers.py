@@ -10,14 +10,13 @@ from clusterproof.cluster import kueue
 from clusterproof.cluster.node_plan import topology_labels
 from clusterproof.config.profile import load_profile
 
-pytestmark = pytest.mark.selftest
-
 
 @pytest.fixture(scope="module")
 def dirs():
     return kueue.module_dirs()
 
 
+@pytest.mark.cluster
 def test_each_crd_keeps_only_its_storage_version_and_is_the_clusters(dirs):
     bodies = kueue.crds(dirs[kueue.KUEUE])
     names = {b["metadata"]["name"] for b in bodies}
@@ -31,6 +30,7 @@ def test_each_crd_keeps_only_its_storage_version_and_is_the_clusters(dirs):
     assert jobset["metadata"]["name"] == "jobsets.jobset.x-k8s.io"
 
 
+@pytest.mark.cluster
 def test_webhooks_call_the_process_on_loopback_through_the_clusters_ca_and_only_in_managed_namespaces(dirs):
     got = kueue.webhook_configurations(dirs[kueue.KUEUE], "kueue", kueue.KUEUE_WEBHOOKS, 19443, b"CA PEM")
     assert [body["metadata"]["name"] for _, body in got] == ["clusterproof-kueue-mutating",
@@ -47,11 +47,13 @@ def test_webhooks_call_the_process_on_loopback_through_the_clusters_ca_and_only_
     assert not any("pod" in h["clientConfig"]["url"].rsplit("/", 1)[1].split("-") for h in hooks.values())
 
 
+@pytest.mark.cluster
 def test_a_webhook_the_module_does_not_ship_is_one_line(dirs):
     with pytest.raises(Exception, match=r"webhooks \['mnothing.kb.io'\] are not in"):
         kueue.webhook_configurations(dirs[kueue.JOBSET], "jobset", ("mnothing.kb.io",), 1, b"")
 
 
+@pytest.mark.unit
 def test_kueues_launcher_waits_for_its_crds_and_runs_it_with_an_etc_of_its_own(tmp_path):
     binary = tmp_path / "cache" / "kueue"
     script = kueue.launcher(binary, tmp_path / "c", private_etc=True, as_root=True)
@@ -67,6 +69,7 @@ def test_kueues_launcher_waits_for_its_crds_and_runs_it_with_an_etc_of_its_own(t
     assert plain.splitlines()[-1] == f'exec {tmp_path}/jobset "$@"'
 
 
+@pytest.mark.unit
 def test_kueues_configuration_turns_off_what_needs_a_container_and_scopes_it(tmp_path):
     ports = dict(zip(kueue.PORTS, range(1, 6)))
     cfg = kueue.kueue_config(tmp_path, ports, 50, 100, 30, 1, 10)
@@ -78,6 +81,7 @@ def test_kueues_configuration_turns_off_what_needs_a_container_and_scopes_it(tmp
     assert "waitForPodsReady" not in kueue.kueue_config(tmp_path, ports, 50, 100, None, 1, 10)
 
 
+@pytest.mark.unit
 def test_consecutive_nodes_share_a_rack_and_consecutive_racks_a_block():
     p = load_profile("smoke", ["topology_nodes_per_rack=4", "topology_racks_per_block=2"])
     got = [topology_labels(p, i) for i in (0, 3, 4, 7, 8, 16)]
@@ -87,6 +91,7 @@ def test_consecutive_nodes_share_a_rack_and_consecutive_racks_a_block():
     assert topology_labels(load_profile("smoke", ["topology_nodes_per_rack=0"]), 5) == {}
 
 
+@pytest.mark.cluster
 def test_kueues_webhooks_are_found_by_their_configuration_with_policy_and_version(monkeypatch, dirs):
     """The read-only check's reading: webhooks of configurations named *kueue* that stand in front of creating
     a Job or JobSet, with the policy the API server applies (unset: Fail) and the chart's version label."""
@@ -113,6 +118,7 @@ def test_kueues_webhooks_are_found_by_their_configuration_with_policy_and_versio
     assert "failurePolicy Ignore" in ours.describe()
 
 
+@pytest.mark.unit
 def test_the_admission_benchs_cpu_window_names_each_process_and_how_busy_the_cores_were():
     from clusterproof.bench.kueue import MACHINE, cpu_window
     a = {"kueue": 10.0, "kube-apiserver": 100.0, "harness": 5.0, MACHINE: 1000.0, "_at": 50.0}

@@ -14,7 +14,7 @@ import pytest
 
 from clusterproof import CHECKOUT
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 RUFF = Path(sys.executable).parent / "ruff"
 

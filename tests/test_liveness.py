@@ -39,8 +39,6 @@ from clusterproof.kube.client import delete_if_present, raw_request
 from clusterproof.kube.liveness import LEASES, LIVENESS_EXIT, RunLease, run_states, wait_expired
 from tests.harness import background_pytest, ended_early, junit_verdicts, run_leftovers
 
-pytestmark = pytest.mark.selftest
-
 LOST = "clusterproof: liveness lost"
 # Far from any local clock: a verdict that read local time would call every Lease expired.
 PAST = dt.datetime(2001, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
@@ -165,6 +163,7 @@ def _advance(env, seconds: float) -> None:
 
 @pytest.mark.parametrize("start", [pytest.param(PAST, id="server-25-years-behind"),
                                    pytest.param(FUTURE, id="server-25-years-ahead")])
+@pytest.mark.unit
 def test_the_verdict_is_on_the_servers_clock_not_the_local_one(start):
     """The fake server's Date is 25 years off the local clock: the Lease is written and judged
     in server time, so it renews as usual -- and expires when the *server's* clock passes it."""
@@ -191,6 +190,7 @@ def test_the_verdict_is_on_the_servers_clock_not_the_local_one(start):
         lease.abandon()
 
 
+@pytest.mark.unit
 def test_a_lease_whose_renewal_lands_after_its_expiry_is_lost(by_hand):
     """Read in time, written too late (the process stalled in between): the write's own Date decides."""
     by_hand.server.after_get = lambda: setattr(by_hand.server, "shift", by_hand.server.shift + 3601)
@@ -198,6 +198,7 @@ def test_a_lease_whose_renewal_lands_after_its_expiry_is_lost(by_hand):
     assert by_hand.lease.lost and "found expired" in by_hand.lease.lost, by_hand.lease.lost
 
 
+@pytest.mark.unit
 def test_a_resumed_run_finds_its_lease_expired_before_its_next_check(by_hand):
     """The session's read before each check (``check``): nothing while the Lease is alive, the loss once
     the server's clock is past renewTime + duration -- without writing anything."""
@@ -211,6 +212,7 @@ def test_a_resumed_run_finds_its_lease_expired_before_its_next_check(by_hand):
     assert by_hand.lost == [line]
 
 
+@pytest.mark.unit
 def test_renewal_failures_shorter_than_half_the_duration_are_noted_not_lost(by_hand):
     by_hand.server.down = urllib3.exceptions.MaxRetryError(None, "/", "Connection refused")
     _advance(by_hand, 900)
@@ -225,6 +227,7 @@ def test_renewal_failures_shorter_than_half_the_duration_are_noted_not_lost(by_h
     assert any("renewals failed for 800.0 s and recovered" in n for n in by_hand.lease.notes), by_hand.lease.notes
 
 
+@pytest.mark.unit
 def test_renewal_failures_longer_than_half_the_duration_lose_liveness(by_hand):
     by_hand.server.down = urllib3.exceptions.MaxRetryError(None, "/", "Connection refused")
     _advance(by_hand, 900)
@@ -239,6 +242,7 @@ def test_renewal_failures_longer_than_half_the_duration_lose_liveness(by_hand):
     assert by_hand.lost == [line]
 
 
+@pytest.mark.unit
 def test_a_hung_renewal_counts_as_failing_but_a_fresh_one_does_not(by_hand):
     """The watchdog, while a request is under way: just started (a resumed process) -> wait for its
     verdict; under way longer than a request may take -> failing."""
@@ -251,6 +255,7 @@ def test_a_hung_renewal_counts_as_failing_but_a_fresh_one_does_not(by_hand):
     assert by_hand.lease.lost and "last error: no answer" in by_hand.lease.lost, by_hand.lease.lost
 
 
+@pytest.mark.cluster
 def test_failures_end_a_renewing_lease_at_half_its_duration_from_its_own_threads():
     """Real threads, a 2 s Lease: the API goes away after a renewal; the loss comes past half the
     duration but before the Lease expires, once, from a background thread, and renewals stop."""
@@ -273,6 +278,7 @@ def test_failures_end_a_renewing_lease_at_half_its_duration_from_its_own_threads
         lease.abandon()
 
 
+@pytest.mark.unit
 def test_the_session_starts_no_check_once_the_lease_is_found_expired(by_hand):
     """The session's guard before a check (``pytest_runtest_setup``): the Lease read on the server's
     clock is expired (the renewal thread has not had its turn yet, as right after SIGCONT), so the
@@ -300,6 +306,7 @@ def test_the_session_starts_no_check_once_the_lease_is_found_expired(by_hand):
 
 # --- a deleted Lease -------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_deleted_lease_is_not_recreated_and_liveness_is_lost(by_hand):
     """The sweeper takes a run without a Lease at once: a run that finds its Lease gone may have lost its
     objects already, so it never recreates the Lease; it stops, saying so."""
@@ -313,12 +320,14 @@ def test_a_deleted_lease_is_not_recreated_and_liveness_is_lost(by_hand):
     assert not by_hand.server.leases, "a deleted Lease was recreated"
 
 
+@pytest.mark.unit
 def test_the_read_before_a_check_finds_a_deleted_lease_lost(by_hand):
     by_hand.server.leases.clear()
     assert by_hand.lease.check() and "was deleted" in by_hand.lease.lost, by_hand.lease.lost
     assert not by_hand.server.leases
 
 
+@pytest.mark.unit
 def test_a_lease_someone_else_holds_is_lost(by_hand):
     by_hand.server.lease()["spec"]["holderIdentity"] = "elsewhere/1/unit"
     by_hand.lease._attempt()
@@ -326,6 +335,7 @@ def test_a_lease_someone_else_holds_is_lost(by_hand):
     assert by_hand.server.lease()["spec"]["holderIdentity"] == "elsewhere/1/unit"
 
 
+@pytest.mark.unit
 def test_run_states_without_a_server_date_judge_nobody_dead(monkeypatch):
     """The sweeper's verdicts too are on the server's clock only: an answer without a Date cannot
     make any run look dead (no fallback to the local clock)."""
@@ -456,6 +466,7 @@ def deny_writes(cluster, run_id, run: FakeRun, operation: str):
         delete_if_present(api, f"{vap}/validatingadmissionpolicies/{name}")
 
 
+@pytest.mark.cluster
 def test_a_run_whose_lease_renewals_are_refused_stops_with_the_liveness_line(cluster, run_id, tmp_path):
     """Renewals denied (an admission policy on the run's Lease) while a check waits: past half the
     duration the check fails with the line, and the run stops."""
@@ -472,6 +483,7 @@ def test_a_run_whose_lease_renewals_are_refused_stops_with_the_liveness_line(clu
         assert took < 60, f"the run took {took:.0f} s to stop after its renewals were denied: {line}"
 
 
+@pytest.mark.cluster
 def test_a_run_whose_lease_is_deleted_mid_suite_stops_with_the_liveness_line(cluster, tmp_path):
     """The negative control of the issue: a fake run's Lease deleted while a check runs. The run does not
     recreate it (a sweeper may already have taken its objects): it stops with the line."""
@@ -483,6 +495,7 @@ def test_a_run_whose_lease_is_deleted_mid_suite_stops_with_the_liveness_line(clu
         assert "test_a_check_that_waits_for_the_self_test" in failures, failures
 
 
+@pytest.mark.cluster
 def test_a_run_stopped_past_its_lease_duration_starts_no_further_check(cluster, tmp_path):
     """SIGSTOP while a check waits, until the Lease is expired as a sweeper sees it; the check is released
     and the process resumed: it stops before the next check with the line, exit 7."""
@@ -511,6 +524,7 @@ class _Finalized:
             pass
 
 
+@pytest.mark.cluster
 def test_a_loss_raised_inside_a_finalizer_is_sent_again_and_never_printed(monkeypatch):
     """The signal may land while the main thread runs a finalizer, where Python swallows the exception as
     unraisable: the guard's hook hides it (no traceback in the run's output) and sends the loss again, so the

@@ -11,7 +11,7 @@ import pytest
 
 from clusterproof.cluster.lost_deletions import LostDeletions, lease_mentions, parked_lease
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 
 def _line(msg: str, node: str, **more) -> bytes:

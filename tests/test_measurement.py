@@ -16,6 +16,7 @@ from clusterproof.core.measurement import Figure, FigureRecorder, Figures
 from clusterproof.report import compare
 
 
+@pytest.mark.unit
 def test_a_figure_states_its_direction_and_verdict_from_its_threshold():
     f = Figure.of("suites/test_x.py::test_y", "pod startup p99", 4.2, "s", 5.0)
     assert (f.op, f.direction, f.verdict) == ("<=", "lower", "within")
@@ -30,6 +31,7 @@ def test_a_figure_states_its_direction_and_verdict_from_its_threshold():
     assert Figure.of("c", "spread", 1.0, "s", op=">=").op is None     # no threshold: no op
 
 
+@pytest.mark.unit
 def test_a_bad_direction_or_op_is_refused():
     with pytest.raises(ValueError, match="direction 'up'"):
         Figure("c", "n", 1.0, "s", direction="up")
@@ -37,6 +39,7 @@ def test_a_bad_direction_or_op_is_refused():
         Figure("c", "n", 1.0, "s", 2.0, "=>")
 
 
+@pytest.mark.unit
 def test_the_store_keeps_one_figure_per_key_and_groups_them_by_check():
     store = Figures()
     shown = []
@@ -51,6 +54,7 @@ def test_the_store_keeps_one_figure_per_key_and_groups_them_by_check():
     assert [f.value for f in b.all()] == [9.0] and b.all()[0].verdict == "beyond"
 
 
+@pytest.mark.unit
 def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_under_the_check():
     class Count(m.Base):
         def __init__(self):
@@ -66,7 +70,6 @@ def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_un
             self.events.append("dispose")
 
     c = Count()
-    assert isinstance(c, m.Measurement)
     store = Figures()
     with pytest.raises(RuntimeError), m.measuring(c):
         raise RuntimeError("the load failed")
@@ -76,6 +79,7 @@ def test_a_measurement_is_started_gathered_and_disposed_and_its_figures_filed_un
                                             "suites/test_b.py::test_c :: seconds"]
 
 
+@pytest.mark.unit
 def test_a_typed_result_is_read_by_attribute_and_gathers_its_measured_fields_by_name():
     from dataclasses import dataclass, field
 
@@ -87,7 +91,7 @@ def test_a_typed_result_is_read_by_attribute_and_gathers_its_measured_fields_by_
         missing: list[str] = field(default_factory=list)      # data beside the figures, never gathered
 
     p = Phase("steady", 30.0, None, ["pod-1"])
-    assert isinstance(p, m.Measurement) and p.create_qps == 30.0
+    assert p.create_qps == 30.0
     assert [(f.name, f.value, f.unit, f.direction) for f in p.gather()] == [
         ("create_qps", 30.0, "pods/s", "higher"), ("startup_p99_s", None, "s", "lower")]
     assert p.to_dict() == {"phase": "steady", "create_qps": 30.0, "startup_p99_s": None, "missing": ["pod-1"]}
@@ -95,6 +99,7 @@ def test_a_typed_result_is_read_by_attribute_and_gathers_its_measured_fields_by_
         p.create_qpps     # noqa: B018 -- a misspelt figure fails at once, never reads None
 
 
+@pytest.mark.unit
 def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_direction():
     store = Figures([Figure.of("suites/t.py::a", "p99", 2.0, "s", 5.0, headline=True),
                      Figure.of("suites/t.py::a", "nodes", 10, "nodes", 10, "==")])
@@ -112,6 +117,7 @@ def test_figures_read_back_from_summary_json_are_the_same_and_compare_by_their_d
                                                     ("suites/t.py::a :: nodes", "gone")]
 
 
+@pytest.mark.unit
 def test_a_bench_writes_its_context_its_typed_figures_and_its_data(tmp_path):
     from clusterproof.bench import common
     figs = [common.figure("burst", "create_qps", 12, "pods/s"), common.figure("burst", "pod_startup_p99_s", 1.5, "s")]
@@ -134,6 +140,7 @@ def _node_calls(get_counts: tuple[int, int], patch_counts: tuple[int, int]) -> s
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.unit
 def test_the_bringup_bench_bounds_the_taint_lift_rate_by_the_node_lifecycle_workers():
     from clusterproof.bench.bringup import taint_lift_bound
     before = _node_calls((0, 0), (0, 0))
@@ -161,6 +168,7 @@ def _kcm(depth: float, work_s: float, items: float, get: tuple[float, float], pa
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.unit
 def test_the_bringup_bench_reads_the_node_lifecycle_controllers_own_queue():
     from clusterproof.bench.bringup import kcm_sample, node_lifecycle_queue
     samples = [(0.0, kcm_sample(_kcm(0, 0, 0, (0, 0), (0, 0)))),
@@ -179,6 +187,7 @@ def test_the_bringup_bench_reads_the_node_lifecycle_controllers_own_queue():
     assert idle["saturated_seconds"] == 0.0 and "busy_workers_mean" not in idle, idle
 
 
+@pytest.mark.unit
 def test_simulated_nodes_register_with_the_labels_a_kubelet_gives_its_node():
     from clusterproof.cluster.node_plan import kubelet_labels
     from clusterproof.cluster.nodes import node_bodies
@@ -192,6 +201,7 @@ def test_simulated_nodes_register_with_the_labels_a_kubelet_gives_its_node():
     assert labels["beta.kubernetes.io/arch"] == labels["kubernetes.io/arch"], labels
 
 
+@pytest.mark.cluster
 def test_the_bringup_bench_says_whether_a_window_was_cpu_bound_and_who_worked():
     from clusterproof.bench.bringup import HARNESS, MACHINE_BUSY, cpu_in_window
     s = lambda api, kwok, own, busy: {"kube-apiserver": api, "kwok-controller": kwok, HARNESS: own,  # noqa: E731

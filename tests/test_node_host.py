@@ -26,7 +26,7 @@ from clusterproof.cluster import nodehost, noderelay, realnodes
 from clusterproof.core.ports import free_ports
 from clusterproof.core.processes import mounts_under, unmount_under
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.host
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(c) for c in ("unshare", "nsenter", "ip")),
                                 reason="a node's own host needs root and unshare, nsenter and ip")

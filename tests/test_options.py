@@ -11,8 +11,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.selftest
-
 FAKE_PROFILING = '''
 def pytest_addoption(parser):
     parser.getgroup("profiling").addoption("--profile", action="store_true", help="FAKE-PROFILING")
@@ -25,12 +23,14 @@ def _pytest(tmp_path, *args: str) -> subprocess.CompletedProcess:
                                                                             "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.control
 def test_the_old_names_are_aliases_of_the_prefixed_ones(tmp_path):
     out = _pytest(tmp_path, "--help").stdout
     for name in ("profile", "set", "kubeconfig", "allow-destructive", "prometheus-url", "baseline", "output-dir"):
         assert f"--cp-{name}" in out and f"--{name}" in out, f"--cp-{name} / --{name} missing from --help"
 
 
+@pytest.mark.control
 def test_a_plugin_that_owns_profile_leaves_clusterproof_the_prefixed_name(tmp_path):
     (tmp_path / "fakeprofiling.py").write_text(FAKE_PROFILING)
     (tmp_path / "test_x.py").write_text(
@@ -52,6 +52,7 @@ def test_the_options(pytestconfig):
 '''
 
 
+@pytest.mark.control
 def test_an_old_name_still_works_and_warns_once_naming_the_new_one(tmp_path):
     """``--set`` twice (and ``--profile`` once): the run is the same as with the --cp- names, and each old name
     gives one DeprecationWarning that names its replacement."""
@@ -64,6 +65,7 @@ def test_an_old_name_still_works_and_warns_once_naming_the_new_one(tmp_path):
         assert r.stdout.count(said) == 1, r.stdout[-3000:]
 
 
+@pytest.mark.control
 def test_the_new_names_warn_nothing_even_where_warnings_are_errors(tmp_path):
     (tmp_path / "test_x.py").write_text(OPTIONS_SEEN)
     r = _pytest(tmp_path, "-q", "-p", "no:randomly", "-W", "error::DeprecationWarning", "--cp-set", "nodes=200",
@@ -71,6 +73,7 @@ def test_the_new_names_warn_nothing_even_where_warnings_are_errors(tmp_path):
     assert r.returncode == 0 and "1 passed" in r.stdout and "deprecated" not in r.stdout, r.stdout[-3000:]
 
 
+@pytest.mark.control
 def test_an_option_added_since_has_no_unprefixed_name(tmp_path):
     """Only the names that had one keep an alias (clusterproof.fixtures.ALIASED): --cp-doctor has none."""
     out = _pytest(tmp_path, "--help").stdout
@@ -87,6 +90,7 @@ _OTHER_PROGRAMS = ("kubectl", "kubelet", "preflight.agent", "componentsPatches",
 _ALIAS_FILES = ("fixtures/__init__.py", "tests/test_options.py")
 
 
+@pytest.mark.unit
 def test_the_project_writes_only_the_prefixed_names():
     """Docs, CI, suites and self-tests show today's names (a user copies them): an old spelling there is a
     defect of the file, named with its line. The aliases' own module and checks, and the pre-issue-35 RBAC

@@ -20,10 +20,10 @@ from clusterproof.core import outputs
 from clusterproof.core.errors import HarnessError
 from tests.harness import run_pytest
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.unit
 def test_the_output_directory_is_the_option_else_the_environment_else_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(outputs.ENV, raising=False)
@@ -39,11 +39,13 @@ def test_the_output_directory_is_the_option_else_the_environment_else_out(tmp_pa
 
 
 @pytest.mark.parametrize("bad", ["../etc", "a/b", "", "UPPER", "x" * 40])
+@pytest.mark.unit
 def test_a_run_id_is_never_a_path(bad):
     with pytest.raises(HarnessError, match="is not a run id"):
         outputs.for_run(bad, "/tmp/never")
 
 
+@pytest.mark.unit
 def test_latest_names_the_last_marked_run_and_pick_says_what_exists(tmp_path):
     with pytest.raises(HarnessError, match="no run in .*runs: run the suites first"):
         outputs.pick(None, tmp_path)
@@ -61,6 +63,7 @@ def test_latest_names_the_last_marked_run_and_pick_says_what_exists(tmp_path):
     assert outputs.latest(tmp_path) == b
 
 
+@pytest.mark.unit
 def test_concurrent_marks_leave_one_whole_latest_and_no_scratch(tmp_path):
     runs = [outputs.for_run(f"run-{i}", tmp_path).create() for i in range(8)]
     threads = [threading.Thread(target=lambda r=r: [outputs.mark_latest(r) for _ in range(50)]) for r in runs]
@@ -72,6 +75,7 @@ def test_concurrent_marks_leave_one_whole_latest_and_no_scratch(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "runs"]
 
 
+@pytest.mark.unit
 def test_the_makefile_helper_prints_one_path_or_one_line(tmp_path):
     env = {**os.environ, outputs.ENV: str(tmp_path)}
     cmd = [sys.executable, "-m", "clusterproof.core.outputs", "run-dir"]
@@ -82,12 +86,14 @@ def test_the_makefile_helper_prints_one_path_or_one_line(tmp_path):
     assert ok.returncode == 0 and ok.stdout.strip() == str(tmp_path / "runs" / "run-a")
 
 
+@pytest.mark.unit
 def test_bench_figures_stay_in_a_checkout_and_go_to_the_outputs_otherwise(tmp_path, monkeypatch):
     monkeypatch.setenv(outputs.ENV, str(tmp_path))
     assert outputs.bench_dir(ROOT) == ROOT / "reports" / "bench"
     assert outputs.bench_dir(None) == tmp_path / "bench"
 
 
+@pytest.mark.cluster
 def test_two_runs_started_together_never_share_a_file(tmp_path):
     """Two pytest runs (the plugin, no cluster) at once: two run directories, each with its own Allure
     results, the path printed at the start and at the end, and ``latest`` naming one of them."""
@@ -112,6 +118,7 @@ def test_two_runs_started_together_never_share_a_file(tmp_path):
     assert not (tmp_path / "reports").exists() and not (tmp_path / "allure-results").exists()
 
 
+@pytest.mark.cluster
 def test_parallel_workers_write_into_one_run_each_with_its_own_cluster(tmp_path):
     """pytest-xdist (./proof test's self-tests): two workers, a module each. One run directory (the
     controller's) holds every result; each worker ran on an embedded cluster of its own, under a run id
@@ -131,6 +138,7 @@ def test_parallel_workers_write_into_one_run_each_with_its_own_cluster(tmp_path)
     assert len(run.passed) == 2, run.output[-2000:]
 
 
+@pytest.mark.cluster
 def test_suites_are_refused_on_parallel_workers_in_one_line(tmp_path):
     """Negative control: the suites share one cluster and its measurements; -n with them is bad input."""
     run = run_pytest(["-n", "2", "suites/test_cluster_scale.py", "--cp-profile", "smoke"], tmp_path, timeout=120)

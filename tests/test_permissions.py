@@ -55,7 +55,7 @@ from tests import guest
 from tests.harness import ROOT, assert_one_line, run_pytest
 from tests.test_api_overload_controls import CONTROL as APF_CONTROL
 
-pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling, pytest.mark.kueue]
+pytestmark = [pytest.mark.coscheduling, pytest.mark.kueue]
 
 OLD_ROLES = ROOT / "tests" / "data" / "rbac-over-broad.yaml"
 SA_USER = f"system:serviceaccount:{access.HOME}:{access.SERVICE_ACCOUNT}"
@@ -87,11 +87,13 @@ def _old_manifest() -> Manifest:
 
 # --- the manifest, read --------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_the_shipped_manifests_grant_nothing_a_reviewer_forbids():
     manifest = Manifest.shipped(destructive=True, team_namespaces=("ml-research",))
     assert not over_broad(manifest), "\n".join(over_broad(manifest))
 
 
+@pytest.mark.unit
 def test_the_roles_shipped_before_issue_20_are_named_rule_by_rule():
     """Negative control of the check above: the old roles were close to cluster-admin."""
     found = over_broad(_old_manifest())
@@ -182,6 +184,7 @@ MODES = [pytest.param("read-only", id="read-only"), pytest.param("destructive", 
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.cluster
 def test_every_suite_passes_as_the_service_account_without_a_403(guest_runs, mode):
     g = guest_runs[mode]
     why = "\n".join(f"- {name}: {text.strip()[:1500]}" for name, text in sorted(g.run.failures.items()))
@@ -199,6 +202,7 @@ def test_every_suite_passes_as_the_service_account_without_a_403(guest_runs, mod
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.cluster
 def test_every_call_of_a_guest_run_is_allowed_by_the_manifest(guest_runs, mode):
     g = guest_runs[mode]
     bad = g.manifest.disallowed(g.calls)
@@ -206,6 +210,7 @@ def test_every_call_of_a_guest_run_is_allowed_by_the_manifest(guest_runs, mode):
         "; ".join(c.describe() for c in bad)
 
 
+@pytest.mark.cluster
 def test_every_rule_of_the_manifest_is_used_by_a_guest_run(guest_runs):
     """A rule no run used is a permission granted for nothing. The load's Role (clusterproof/kube/tokens.py) counts
     as a use of what it grants: RBAC lets the harness grant only what it holds itself."""
@@ -220,6 +225,7 @@ def test_every_rule_of_the_manifest_is_used_by_a_guest_run(guest_runs):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.cluster
 def test_the_apiservers_audit_log_agrees_with_the_harness_record(guest_runs, mode):
     """Two instruments: the harness's request record and the apiserver's audit log of the ServiceAccount.
     Requests of the embedded Prometheus (it scrapes /metrics with the run's token) are the run's too, but
@@ -240,6 +246,7 @@ def test_the_apiservers_audit_log_agrees_with_the_harness_record(guest_runs, mod
                                      f"{sorted(recorded - set(audited))[:10]}"
 
 
+@pytest.mark.cluster
 def test_a_manifest_without_a_rule_the_code_needs_names_the_call(guest_runs):
     """Negative control of the check above: drop the destructive role's node patch; the recorded calls of
     the destructive run then include one the manifest does not allow, named."""
@@ -269,6 +276,7 @@ def _review(call: Call) -> dict:
     return {"resourceAttributes": attrs}
 
 
+@pytest.mark.cluster
 def test_the_service_account_cannot_do_what_a_reviewer_forbids(cluster, tmp_path):
     """As the ServiceAccount, with both shipped manifests applied: no pods or tokens in kube-system, no
     deleting a namespace or FlowSchema it did not create, no touching kube-node-lease, ..."""
@@ -279,6 +287,7 @@ def test_the_service_account_cannot_do_what_a_reviewer_forbids(cluster, tmp_path
     assert not allowed, "the ServiceAccount may: " + "; ".join(allowed)
 
 
+@pytest.mark.cluster
 def test_a_service_account_bound_to_the_old_roles_is_caught(cluster, run_id, tmp_path):
     """Negative control of the probe above, live: the same questions asked as a ServiceAccount bound to
     the roles shipped before issue 20 come back allowed, and are named."""
@@ -306,6 +315,7 @@ def test_a_service_account_bound_to_the_old_roles_is_caught(cluster, run_id, tmp
 SCALE = "suites/test_cluster_scale.py"
 
 
+@pytest.mark.control
 def test_a_view_only_identity_is_told_what_is_missing_in_one_line(cluster, run_id, tmp_path):
     api, sa = cluster.api, f"cp-view-{run_id[-4:]}"
     docs = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": access.HOME}},
@@ -321,6 +331,7 @@ def test_a_view_only_identity_is_told_what_is_missing_in_one_line(cluster, run_i
     assert token not in run.output
 
 
+@pytest.mark.control
 def test_a_binding_missing_one_rule_ends_the_run_in_one_line_naming_it(cluster, run_id, tmp_path):
     """Negative control of the preflight: the shipped roles and bindings, under other names, for another
     ServiceAccount -- but the pool role without its pods/status rule. The run ends before any test naming
@@ -382,6 +393,7 @@ def _policy_changed(api, policy: str, how: str, variable: tuple[str, str] | None
     pytest.param("unbound", "ValidatingAdmissionPolicy clusterproof-services on https", id="not-bound"),
     pytest.param("warn-only", "is not bound to deny (binding clusterproof-services changed)", id="warn-only"),
     pytest.param("admits-all", "ValidatingAdmissionPolicy clusterproof-services on https", id="not-in-force")])
+@pytest.mark.control
 def test_an_admission_policy_missing_unbound_or_not_in_force_ends_the_run_in_one_line(cluster, tmp_path, how,
                                                                                         expected):
     """Negative controls of the policy check: the run, as the ServiceAccount, ends before any test in one line
@@ -398,6 +410,7 @@ def test_an_admission_policy_missing_unbound_or_not_in_force_ends_the_run_in_one
     assert token not in run.output
 
 
+@pytest.mark.unit
 def test_an_api_server_without_admission_policies_is_told_in_one_line(monkeypatch):
     """An API server before 1.30 does not serve ValidatingAdmissionPolicy: the run ends in one line."""
     import clusterproof.kube.client as kube
@@ -411,6 +424,7 @@ def test_an_api_server_without_admission_policies_is_told_in_one_line(monkeypatc
         access.check_policies(api, manifest, False, access.POLICY_USER)
 
 
+@pytest.mark.control
 def test_a_pool_namespace_named_otherwise_ends_the_run_in_one_line(cluster, run_id, tmp_path):
     """Negative control of the naming rule: the policies hold every ServiceAccount of a namespace named
     clusterproof-..., so a pool namespace named otherwise would hold identities no policy looks at."""
@@ -440,6 +454,7 @@ def _quota_removed(api, namespace: str):
         create_if_absent(api, path, quota)
 
 
+@pytest.mark.control
 def test_a_pool_namespace_without_its_quota_ends_the_run_in_one_line(cluster, tmp_path):
     kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
     with _quota_removed(cluster.api, "clusterproof-3"):
@@ -448,6 +463,7 @@ def test_a_pool_namespace_without_its_quota_ends_the_run_in_one_line(cluster, tm
                     "kubectl apply -f clusterproof/kube/rbac.yaml")
 
 
+@pytest.mark.control
 def test_a_profile_larger_than_the_pools_quota_ends_a_destructive_run_in_one_line(cluster, tmp_path):
     """The watch suite's per-node pods of a profile asking 9,000 at once, against the pool's 8,000."""
     kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
@@ -464,6 +480,7 @@ def test_a_profile_larger_than_the_pools_quota_ends_a_destructive_run_in_one_lin
     pytest.param("clusterproof-nodes", ("borrowable", "oldObject.metadata.?labels[?'example.com/pool'].orValue('') "
                                                       "== 'shared'"),
                  "the variable borrowable of clusterproof-nodes", id="borrowable-pool")])
+@pytest.mark.control
 def test_a_policy_that_would_refuse_the_harness_ends_the_run_in_one_line(cluster, tmp_path, policy, variable,
                                                                          expected):
     """Negative controls of the admitted probes: a site whose API server's token audiences are not the ones the
@@ -478,6 +495,7 @@ def test_a_policy_that_would_refuse_the_harness_ends_the_run_in_one_line(cluster
     assert token not in run.output
 
 
+@pytest.mark.control
 def test_a_cluster_that_changes_the_harnesss_pods_ends_the_run_in_one_line(cluster, run_id, tmp_path):
     """Negative control of the admitted pod probe: a cluster whose own mutating admission labels every pod of the
     pool (a sidecar injector's mark, say) would have the harness's allowlist refuse every pod it sends; the run
@@ -512,6 +530,7 @@ def test_a_cluster_that_changes_the_harnesss_pods_ends_the_run_in_one_line(clust
                                                           "pods there")
 
 
+@pytest.mark.control
 def test_an_anonymous_identity_is_told_in_one_line_that_it_cannot_ask(cluster, tmp_path):
     """A kubeconfig with no credentials: /version answers, the SelfSubjectAccessReview does not."""
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "anon",
@@ -538,12 +557,14 @@ def pool_unlabelled(cluster):
             merge_patch(cluster.api, f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {access.POOL_LABEL: "true"}}})
 
 
+@pytest.mark.control
 def test_a_cluster_without_the_namespace_pool_is_told_in_one_line_how_to_provision_it(cluster, pool_unlabelled,
                                                                                      tmp_path):
     run = run_pytest([SCALE, "--cp-kubeconfig", str(cluster.kubeconfig)], tmp_path, timeout=120)
     assert_one_line(run, f"is labelled {access.POOL_LABEL}=true", "kubectl apply -f clusterproof/kube/rbac.yaml")
 
 
+@pytest.mark.unit
 def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
     profile = tmp_path / "teams.yaml"
     profile.write_text("teams: [research, applied]\nteam_namespaces: [research=ml-research, applied=ml-applied]\n")
@@ -558,6 +579,7 @@ def test_team_bindings_are_printed_for_the_profiles_team_namespaces(tmp_path):
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "default", "clusterproof", "clusterproof-3"])
+@pytest.mark.unit
 def test_team_bindings_refuse_a_namespace_that_is_not_a_teams_in_one_line(tmp_path, namespace):
     """Negative control of the command above: a profile naming kube-system (or default, or the harness's own
     namespaces) as a team's would have the SRE bind pod rights there -- any ServiceAccount of kube-system."""
@@ -573,6 +595,7 @@ def test_team_bindings_refuse_a_namespace_that_is_not_a_teams_in_one_line(tmp_pa
 
 
 @pytest.mark.parametrize("admission", ["harness", "wildcard"])
+@pytest.mark.control
 def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, admission, tmp_path):
     """On a cluster it does not own the taint suite checks the cluster's own admission: a profile asking the
     harness to install its policies there ends the run before any test, saying why."""
@@ -582,6 +605,7 @@ def test_a_guest_is_refused_installing_admission_policies_in_one_line(cluster, a
                     "test the cluster's own admission (team_admission: cluster)")
 
 
+@pytest.mark.cluster
 def test_the_destructive_manifest_lets_the_service_account_create_only_its_own_narrow_flow(cluster, tmp_path):
     """RBAC cannot restrict `create` by name; the ValidatingAdmissionPolicy of rbac-destructive.yaml does.
     As the ServiceAccount: a FlowSchema of another name, one named clusterproof-flood that would match

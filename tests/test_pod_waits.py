@@ -35,8 +35,6 @@ from clusterproof.kube.pods import (
     pods_path,
 )
 
-pytestmark = pytest.mark.selftest
-
 
 def _event(reason, message, count=1, who="kubelet", at="2026-11-27T10:00:00Z", uid="u1"):
     return {"metadata": {"creationTimestamp": at}, "involvedObject": {"kind": "Pod", "uid": uid}, "reason": reason,
@@ -55,6 +53,7 @@ UNREADY = [{"type": "Ready", "status": "False", "reason": "ContainersNotReady",
            {"type": "PodScheduled", "status": "True"}]
 
 
+@pytest.mark.cluster
 def test_an_image_the_node_may_not_pull_is_named():
     waiting = {"name": "main", "state": {"waiting": {
         "reason": "ErrImageNeverPull",
@@ -71,6 +70,7 @@ def test_an_image_the_node_may_not_pull_is_named():
     assert "Events: " in line and "Failed x4 (kubelet): Error: ErrImageNeverPull" in line, line
 
 
+@pytest.mark.unit
 def test_the_runtimes_sandbox_error_on_the_node_is_named():
     creating = {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
     sandbox = ('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to create containerd task: '
@@ -83,6 +83,7 @@ def test_the_runtimes_sandbox_error_on_the_node_is_named():
     assert len(line) <= POD_LINE
 
 
+@pytest.mark.unit
 def test_a_pod_no_node_takes_carries_the_schedulers_verdict():
     verdict = ("0/100 nodes are available: 100 node(s) didn't match Pod's node affinity/selector. preemption: "
                "0/100 nodes are available: 100 Preemption is not helpful for scheduling.")
@@ -93,6 +94,7 @@ def test_a_pod_no_node_takes_carries_the_schedulers_verdict():
     assert "FailedScheduling x3 (default-scheduler): 0/100 nodes are available" in line, line
 
 
+@pytest.mark.unit
 def test_a_gone_pod_a_terminated_container_and_a_pod_reason_are_said():
     assert pod_story("ns/p", None, [_event("TaintManagerEviction", "Marking for deletion Pod ns/p",
                                            who="taint-eviction-controller")]) == (
@@ -107,6 +109,7 @@ def test_a_gone_pod_a_terminated_container_and_a_pod_reason_are_said():
     assert line.endswith("Events: none"), line
 
 
+@pytest.mark.unit
 def test_the_line_is_bounded_and_events_are_latest_first_and_distinct():
     events = [_event("BackOff", "Back-off pulling image " + "x" * 5000, at=f"2026-11-27T10:00:{i:02d}Z")
               for i in range(10)] + [_event(f"Reason{i}", f"said {i}", at=f"2026-11-27T09:00:{i:02d}Z")
@@ -123,6 +126,7 @@ def test_the_line_is_bounded_and_events_are_latest_first_and_distinct():
     assert "Reason9" in short and "Reason7" in short and "Reason6" not in short, short
 
 
+@pytest.mark.unit
 def test_a_wait_that_runs_out_says_the_explanation_not_the_state():
     state = {"status": {"phase": "Pending"}, "spec": {"containers": [{"name": "x" * 50}]}}
     with pytest.raises(WaitTimeout) as caught:
@@ -138,6 +142,7 @@ def test_a_wait_that_runs_out_says_the_explanation_not_the_state():
         wait_for(lambda: state, until=lambda s: False, timeout=0.05, interval=0.01, what="x", explain=broken)
 
 
+@pytest.mark.cluster
 def test_a_pod_that_cannot_be_scheduled_is_explained_by_the_scheduler_not_as_pending(cluster, namespace, run_id):
     """Negative control on the session cluster: nothing matches the pod's node selector."""
     api = cluster.api
@@ -157,6 +162,7 @@ def test_a_pod_that_cannot_be_scheduled_is_explained_by_the_scheduler_not_as_pen
         delete_pods(api, namespace, ["nowhere"])
 
 
+@pytest.mark.cluster
 def test_a_wait_for_pods_to_go_reads_their_metadata_only(cluster, namespace, run_id):
     """The server answers the wait's LIST with the pods' metadata only (red if it sent whole pods: the Accept
     header ignored), and the wait still sees each pod, terminating or not, until it is gone."""

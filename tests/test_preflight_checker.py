@@ -18,7 +18,6 @@ import pytest
 
 from clusterproof.preflight.mock_nvml import BENIGN, FAULTS, FaultFile, checker_env, library_dir, run_checker
 
-pytestmark = pytest.mark.selftest
 EVERY_CHECK = {"gpu-lost", "gpu-count", "xid", "ecc-uncorrectable", "row-remap-failed", "row-remap-pending",
                "nvlink-down", "pcie-degraded", "temperature", "clock-throttle"}
 
@@ -48,6 +47,7 @@ def _one_line(run, expected: str):
 
 @pytest.mark.parametrize("model,name", [pytest.param("dgxh100", "NVIDIA H100 80GB HBM3", id="dgxh100"),
                                         pytest.param("dgxa100", "Mock NVIDIA A100-SXM4-40GB", id="dgxa100")])
+@pytest.mark.cluster
 def test_healthy_machine_passes_every_check(lib, tmp_path, model, name):
     run = _run(lib, _faults(tmp_path, {"n1": {"model": model}}), ["n1"])
     assert run.returncode == 0, run.stderr
@@ -72,6 +72,7 @@ def _one_machine(lib, tmp_path, kind: str, *args):
 
 
 @pytest.mark.parametrize("kind", list(FAULTS))
+@pytest.mark.cluster
 def test_every_injected_fault_fails_the_machine_with_its_reason(lib, tmp_path, kind):
     run, v = _one_machine(lib, tmp_path, kind)
     assert run.returncode == 1 and not v["ok"], f"the checker missed {FAULTS[kind].what}: {v}"
@@ -85,11 +86,13 @@ def test_every_injected_fault_fails_the_machine_with_its_reason(lib, tmp_path, k
 
 
 @pytest.mark.parametrize("kind", list(BENIGN))
+@pytest.mark.cluster
 def test_benign_conditions_pass(lib, tmp_path, kind):
     run, v = _one_machine(lib, tmp_path, kind)
     assert run.returncode == 0 and v["ok"], f"{BENIGN[kind].what} failed the machine: {v['reasons']}"
 
 
+@pytest.mark.cluster
 def test_one_process_checks_many_machines_each_with_its_own_faults(lib, tmp_path):
     """The batch mode the agent relies on at scale: one process, the machine chosen per init."""
     ff = FaultFile(tmp_path / "faults.json")
@@ -110,6 +113,7 @@ def test_one_process_checks_many_machines_each_with_its_own_faults(lib, tmp_path
     assert took < 30, f"{len(names)} machines took {took:.1f} s"
 
 
+@pytest.mark.cluster
 def test_several_faults_give_one_reason_per_failed_check(lib, tmp_path):
     faults = _faults(tmp_path, {"multi": {"gpus": {
         "1": {"xid": [79], "ecc_uncorrected": 1}, "3": {"xid": [13, 48]}, "6": {"nvlink_down": [0], "pcie_width": 4}}}})
@@ -121,6 +125,7 @@ def test_several_faults_give_one_reason_per_failed_check(lib, tmp_path):
     assert v["gpus"][3]["xids"] == [13, 48]
 
 
+@pytest.mark.cluster
 def test_pcie_generation_below_max_fails_only_under_load(lib, tmp_path):
     faults = _faults(tmp_path, {"busy": {"gpus": {"2": {"pcie_gen": 3, "clock_events": ["sw_power_cap"]}}},
                                 "idle": {"gpus": {"2": {"pcie_gen": 3}}}})
@@ -130,16 +135,19 @@ def test_pcie_generation_below_max_fails_only_under_load(lib, tmp_path):
     assert busy["code"] == "pcie-degraded" and "gen3 instead of gen5 under load" in busy["reasons"][0]["message"]
 
 
+@pytest.mark.cluster
 def test_ignored_xid_is_what_lets_a_broken_agent_release_a_node(lib, tmp_path):
     """The negative control's agent ignores XID 79 this way; the checker then passes the machine."""
     assert _one_machine(lib, tmp_path, "xid-79", "--ignore-xids", "13,31,43,45,68,109,79")[1]["ok"]
 
 
+@pytest.mark.cluster
 def test_expected_gpu_count_is_checked(lib, tmp_path):
     v = _run(lib, None, ["n"], "--expect-gpus", "4").verdicts["n"]
     assert v["code"] == "gpu-count" and "NVML sees 8 GPU(s), expected 4" in v["reasons"][0]["message"]
 
 
+@pytest.mark.cluster
 def test_xid_window_is_waited_out_like_the_real_library(lib, tmp_path):
     t0 = time.monotonic()
     run = run_checker(["n"], checker_env(None, lib), "--xid-window-ms", "700")
@@ -148,15 +156,18 @@ def test_xid_window_is_waited_out_like_the_real_library(lib, tmp_path):
 
 # --- NVML unusable: one line, exit 4 ------------------------------------------------------
 
+@pytest.mark.unit
 def test_no_nvml_library_is_one_line(tmp_path):
     _one_line(run_checker(None, checker_env(None, None)), "NVMLError_LibraryNotFound")
 
 
+@pytest.mark.cluster
 def test_driver_library_mismatch_is_one_line(lib, tmp_path):
     _one_line(_run(lib, _faults(tmp_path, {"old": {"driver": "mismatch"}}), ["old"]),
               "NVML library and kernel driver do not match (NVMLError_LibRmVersionMismatch")
 
 
+@pytest.mark.cluster
 def test_driver_not_loaded_is_one_line(lib, tmp_path):
     _one_line(_run(lib, _faults(tmp_path, {"n": {"driver": "not-loaded"}}), ["n"]), "NVMLError_DriverNotLoaded")
 
@@ -168,6 +179,7 @@ def test_driver_not_loaded_is_one_line(lib, tmp_path):
                  id="no-such-gpu"),
     pytest.param('{"machines": {"a": {"model": "dgx1"}}}', 'unknown model "dgx1"', id="unknown-model"),
 ])
+@pytest.mark.cluster
 def test_fault_file_that_does_not_parse_is_one_line(lib, tmp_path, text, expected):
     p = tmp_path / "faults.json"
     p.write_text(text)
@@ -182,5 +194,6 @@ def test_fault_file_that_does_not_parse_is_one_line(lib, tmp_path, text, expecte
     pytest.param(["--ignore-xids", "79,x"], "must be comma-separated XID numbers", id="bad-xid-list"),
     pytest.param(["--xid-window-ms", "-5"], "--xid-window-ms must be >= 0", id="negative-window"),
 ])
+@pytest.mark.cluster
 def test_bad_arguments_are_one_line(lib, args, expected):
     _one_line(run_checker(None, checker_env(None, lib), *args), expected)

@@ -24,7 +24,7 @@ from clusterproof.preflight.mock_nvml import BENIGN, FAULTS, FaultFile, machine_
 from clusterproof.preflight.run import resolve_agent
 from clusterproof.preflight.watch import ContractWatch
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 M = Marks("example.com/preflight", "example.com/preflight", "example.com/preflight-reason", "GPUPreflightFailed",
           "GPUPreflightFailed")
 

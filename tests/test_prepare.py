@@ -22,7 +22,6 @@ import pytest
 from clusterproof import prepare
 from clusterproof.provision import toolchain
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
     (["--cp-kubeconfig=K", "-k", "x", "--cp-prometheus-url=http://p:9090"], {"mocknvml"}, False),
     (["--context", "prod", "--prometheus-url", "http://p:9090"], {"mocknvml"}, False),   # the old aliases too
 ], ids=["embedded", "old-kubeconfig-alias", "kubeconfig-and-prometheus-url", "old-context-alias-alone"])
+@pytest.mark.unit
 def test_a_run_builds_only_what_it_uses(args, names, history):
     p = prepare.plan(prepare.run_args(["--cp-profile", "smoke", *args]))
     assert {c.name for c in p["components"]} == names and p["history"] is history
@@ -44,6 +44,7 @@ def test_a_run_builds_only_what_it_uses(args, names, history):
      ["prometheus"], True),
     (["kueue"], ["kwok", "etcd", "kubernetes", "mocknvml", "kubelet", "kueue", "jobset"], [], False),
 ], ids=["control-plane-only", "prometheus-then-gangs", "kueue"])
+@pytest.mark.unit
 def test_what_the_checks_use_is_built_in_the_order_the_run_needs_it(uses, start, later, history):
     """What the cluster's start runs first (the real node's kubelet too: smoke has one), then what a check uses
     later; Prometheus's history only if a check uses Prometheus."""
@@ -52,16 +53,19 @@ def test_what_the_checks_use_is_built_in_the_order_the_run_needs_it(uses, start,
     assert p["history"] is history and p["checks_use"] == uses
 
 
+@pytest.mark.unit
 def test_the_prepare_steps_own_options_are_not_passed_to_the_collection():
     assert prepare.pytest_args(["--dry-run", "--jobs", "2", "--cp-profile", "smoke", "suites", "-k", "gang"]) == \
         ["--cp-profile", "smoke", "suites", "-k", "gang"]
 
 
+@pytest.mark.unit
 def test_the_control_plane_follows_the_profiles_version():
     p = prepare.plan(prepare.run_args(["--cp-set", "kubernetes_version=v1.34.4"]))
     assert toolchain.kubernetes("v1.34.4") in p["components"]
 
 
+@pytest.mark.cluster
 def test_a_dry_run_on_an_empty_cache_names_what_a_kubeconfig_run_would_build(tmp_path):
     env = {**os.environ, "CLUSTERPROOF_CACHE": str(tmp_path)}
     run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--dry-run", "--cp-kubeconfig", "K"], cwd=ROOT,
@@ -81,6 +85,7 @@ def _dry_run(tmp_path, *args: str) -> str:
     return run.stdout
 
 
+@pytest.mark.cluster
 def test_a_run_of_one_suite_builds_only_what_its_checks_use(tmp_path):
     """The Kueue suite alone: Kueue and JobSet, no Prometheus and no history (the run was collected)."""
     out = _dry_run(tmp_path, "suites/test_kueue_admission.py")
@@ -89,6 +94,7 @@ def test_a_run_of_one_suite_builds_only_what_its_checks_use(tmp_path):
     assert "prometheus v" not in out and "Prometheus history: not used" in out
 
 
+@pytest.mark.cluster
 def test_a_run_whose_collection_fails_builds_everything_it_could_use(tmp_path):
     """An option pytest refuses: the collection says nothing, so everything is built; the run itself then says
     what is wrong."""
@@ -97,6 +103,7 @@ def test_a_run_whose_collection_fails_builds_everything_it_could_use(tmp_path):
     assert "prometheus v0.316.0: would be built" in out and "kueue v0.17.0: would be built" in out
 
 
+@pytest.mark.cluster
 def test_bad_input_is_one_line():
     run = subprocess.run([sys.executable, "-m", "clusterproof.prepare", "--cp-profile", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

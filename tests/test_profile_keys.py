@@ -12,7 +12,7 @@ from clusterproof.config import profile as prof
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import KeyGroup
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 
 class TeamKeys(KeyGroup):

@@ -30,8 +30,6 @@ from clusterproof.core import progress
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from tests.harness import run_pytest
 
-pytestmark = pytest.mark.selftest
-
 BEAT = re.compile(r"^waiting for (?P<what>.+): (?P<elapsed>\d+) s of (?P<bound>[\d.]+) s(?P<rest>.*)$")
 
 
@@ -49,6 +47,7 @@ def slow_probe(seconds: float):
     return probe
 
 
+@pytest.mark.cluster
 def test_a_long_wait_says_what_it_waits_for_and_how_far_along_every_period(caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="clusterproof")
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.5)
@@ -69,6 +68,7 @@ def test_a_long_wait_says_what_it_waits_for_and_how_far_along_every_period(caplo
     assert {r.name for r in beats} == {"clusterproof.tests"}
 
 
+@pytest.mark.unit
 def test_describe_says_the_state_in_a_few_words_and_long_states_are_cut(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     wait_for(slow_probe(0.5), until=lambda s: s["done"], timeout=10, interval=0.05, what="widgets",
@@ -78,6 +78,7 @@ def test_describe_says_the_state_in_a_few_words_and_long_states_are_cut(caplog):
     assert progress.abbreviate("a\n  b") == "a b"
 
 
+@pytest.mark.cluster
 def test_a_blocked_call_gets_heartbeats_too(caplog):
     """No polls at all (a subprocess, a sleep): the ticker thread writes the lines, with ``status()``."""
     caplog.set_level(logging.INFO, logger="clusterproof")
@@ -90,6 +91,7 @@ def test_a_blocked_call_gets_heartbeats_too(caplog):
     assert {r.threadName for r in beats} == {"clusterproof heartbeat"}
 
 
+@pytest.mark.unit
 def test_without_a_bound_the_line_says_how_long_so_far(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     with progress.heartbeat("a build", period=0.2):
@@ -99,6 +101,7 @@ def test_without_a_bound_the_line_says_how_long_so_far(caplog):
 
 
 @pytest.mark.parametrize("how", ["disabled", "shorter than the period"])
+@pytest.mark.cluster
 def test_negative_control_no_heartbeat_no_line(caplog, how):
     """The counting above would see a line that should not be there: a disabled heartbeat, or a wait
     that ends before its first period, writes nothing (and stops writing once it ends)."""
@@ -112,6 +115,7 @@ def test_negative_control_no_heartbeat_no_line(caplog, how):
     assert not lines(caplog), [r.getMessage() for r in lines(caplog)]
 
 
+@pytest.mark.cluster
 def test_a_heartbeat_stops_with_its_block(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     with progress.heartbeat("a short thing", period=0.2):
@@ -121,6 +125,7 @@ def test_a_heartbeat_stops_with_its_block(caplog):
     assert n >= 1 and len(lines(caplog)) == n
 
 
+@pytest.mark.unit
 def test_a_timeout_still_fails_with_the_last_state(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     with pytest.raises(WaitTimeout, match=r"never: not reached within 0.6 s; last seen: \{'polls': \d+"):
@@ -129,6 +134,7 @@ def test_a_timeout_still_fails_with_the_last_state(caplog):
     assert lines(caplog)
 
 
+@pytest.mark.unit
 def test_credentials_in_a_state_never_reach_a_heartbeat_line(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     with progress.heartbeat("Prometheus", period=0.2, status=lambda: "GET http://user:s3cret@prom:9090/-/ready"):
@@ -137,6 +143,7 @@ def test_credentials_in_a_state_never_reach_a_heartbeat_line(caplog):
     assert "s3cret" not in text and "http://***@prom:9090" in text, text
 
 
+@pytest.mark.unit
 def test_a_phase_logs_its_start_and_its_duration_and_tells_the_listeners(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
     seen = []
@@ -169,6 +176,7 @@ def test_a_phase_logs_its_start_and_its_duration_and_tells_the_listeners(caplog)
     assert said[3] == "[bind them] ended after 0.0 s: AssertionError: gang x is partially bound", said[3]
 
 
+@pytest.mark.unit
 def test_a_failing_listener_never_breaks_the_phase(caplog):
     caplog.set_level(logging.INFO, logger="clusterproof")
 
@@ -184,6 +192,7 @@ def test_a_failing_listener_never_breaks_the_phase(caplog):
     assert any("phase listener failed: RuntimeError: no reporter here" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.unit
 def test_say_logs_on_the_callers_domain_logger():
     assert progress.logger("clusterproof.gang.gangs").name == "clusterproof.gang"
     assert progress.logger("clusterproof.suites.test_gang_scheduling").name == "clusterproof.suites"
@@ -197,6 +206,7 @@ def test_say_logs_on_the_callers_domain_logger():
     assert g["name"] == "clusterproof.bench"
 
 
+@pytest.mark.cluster
 def test_each_checks_log_in_the_report_carries_its_own_timestamped_lines_and_its_phases(tmp_path):
     """End to end, as a user runs it: the live log and the Allure results of tests/data/progress_run.py."""
     run = run_pytest(["tests/data/progress_run.py", "-p", "no:randomly"], tmp_path, timeout=120)
@@ -232,6 +242,7 @@ def test_each_checks_log_in_the_report_carries_its_own_timestamped_lines_and_its
     assert step["status"] == "passed" and step["stop"] - step["start"] >= 1000, step   # ms: 25 polls x 50 ms
 
 
+@pytest.mark.unit
 def test_the_live_log_shows_our_lines_and_a_librarys_errors_only():
     def record(name, level):
         return logging.LogRecord(name, level, __file__, 1, "m", None, None)
@@ -244,6 +255,7 @@ def test_the_live_log_shows_our_lines_and_a_librarys_errors_only():
     assert not own.filter(record("clusterproofish", logging.INFO))
 
 
+@pytest.mark.unit
 def test_the_checkouts_pytest_ini_and_the_plugins_defaults_say_the_same():
     """pytest.ini (the checkout) and the plugin (an installed run, no pytest.ini) show the same lines."""
     import configparser
@@ -276,6 +288,7 @@ def test_the_checkouts_pytest_ini_and_the_plugins_defaults_say_the_same():
     assert fmt.option.log_format is None and fmt.option.log_cli_format == progress.FORMAT
 
 
+@pytest.mark.cluster
 def test_negative_control_a_level_the_user_asks_for_shows_a_librarys_warnings(tmp_path):
     """The absence asserted above is the filter's doing: at a level the user asks for, the same run shows them."""
     run = run_pytest(["tests/data/progress_run.py", "-p", "no:randomly", "-k", "library",

@@ -17,7 +17,7 @@ import pytest
 from tests.harness import run_pytest
 from tests.test_bad_input import assert_one_line_error
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_prometheus_limits.py"
 SECRET = "not-a-real-token"
 

@@ -24,7 +24,7 @@ from clusterproof.core.waiting import wait_for
 from clusterproof.prometheus.server import PID_FILE, runs_root, sweep_runs
 from tests.harness import ROOT, kept_from_other_sweeps
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 SUITE = "suites/test_prometheus_limits.py"
 
 

@@ -42,7 +42,7 @@ from prometheus_api_client import PrometheusConnect
 from clusterproof.prometheus.queries import tiny_timeout_probe
 from tests.harness import run_pytest
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_prometheus_limits.py"
 HEAVY = ("test_the_seed_query_is_cut_at_the_query_timeout", "test_a_request_timeout_cannot_extend_the_query_timeout",
          "test_a_query_over_max_samples_gets_422", "test_queries_above_max_concurrency_wait_in_the_queue")

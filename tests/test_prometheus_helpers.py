@@ -27,16 +27,16 @@ from clusterproof.prometheus.limits import Scrapes, limit_bound, scrapes
 from clusterproof.prometheus.queries import MAX_POINTS, max_samples_query, seed_queries
 from clusterproof.provision import toolchain
 
-pytestmark = pytest.mark.selftest
-
 
 @pytest.mark.parametrize("text,seconds", [("250ms", 0.25), ("2s", 2), ("10m", 600), ("1h30m", 5400), ("1.5", 1.5),
                                           ("1d", 86400)])
+@pytest.mark.unit
 def test_prometheus_durations(text, seconds):
     assert duration_s(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["soon", "", "2x", "1m2", "s"])
+@pytest.mark.unit
 def test_bad_prometheus_durations(text):
     with pytest.raises(ValueError):
         duration_s(text)
@@ -53,11 +53,13 @@ def test_bad_prometheus_durations(text):
     (400, {"status": "error", "errorType": "bad_data", "error": "invalid parameter \"query\""}, False, False),
     (200, {"status": "success", "data": {"resultType": "vector", "result": []}}, False, False),
 ])
+@pytest.mark.unit
 def test_answers_are_classified_as_prometheus_documents_them(status, body, deadline, samples):
     a = answer_from(status, json.dumps(body).encode(), 0.3)
     assert (a.deadline, a.too_many_samples, a.ok) == (deadline, samples, status == 200)
 
 
+@pytest.mark.unit
 def test_a_library_error_is_made_readable_again():
     body = b'{"status":"error","errorType":"timeout","error":"query timed out in query execution"}'
     e = PrometheusApiClientException(f"HTTP Status Code 503 ({body!r})")
@@ -66,6 +68,7 @@ def test_a_library_error_is_made_readable_again():
     assert str(a) == "503 timeout after 1.00 s: query timed out in query execution"
 
 
+@pytest.mark.unit
 def test_a_proxy_page_is_shown_shortened():
     a = answer_from(502, b"<html>Bad Gateway</html>" * 50, 0.1)
     assert a.error_type == "not-json" and len(a.error) <= 200 and not a.ok
@@ -107,6 +110,7 @@ def server():
         s.srv.shutdown()
 
 
+@pytest.mark.unit
 def test_the_harness_client_never_retries_a_503(server):
     s = server(503, {"status": "error", "errorType": "timeout", "error": "query timed out in query queue"})
     p = Prom(s.url)
@@ -117,12 +121,14 @@ def test_the_harness_client_never_retries_a_503(server):
     assert s.requests == 2 and "503 timeout" in str(e.value)
 
 
+@pytest.mark.unit
 def test_the_harness_client_does_not_retry_a_refused_connection():
     p = Prom("http://127.0.0.1:1")
     with pytest.raises(requests.exceptions.ConnectionError):
         p.query("up", wait_s=5)
 
 
+@pytest.mark.cluster
 def test_a_large_series_answer_is_counted_as_it_streams(server):
     n = 150_000
     data = [{"__name__": "x_bucket", "le": str(i), "instance": f"node-{i % 7}:9100"} for i in range(n)]
@@ -136,6 +142,7 @@ def test_a_large_series_answer_is_counted_as_it_streams(server):
     assert count == 10 and a.warnings == ["results truncated due to limit"]
 
 
+@pytest.mark.unit
 def test_history_shape_counts_what_it_writes():
     shape = Shape(nodes=2, gpus=8, minutes=3, interval_s=60)
     assert shape.series_per_node() == (418, 145) and shape.points == 3
@@ -149,6 +156,7 @@ def test_history_shape_counts_what_it_writes():
     assert {f.kind for f in families(8)} == {"counter", "gauge", "histogram"}
 
 
+@pytest.mark.cluster
 def test_promtool_backfills_the_history_exactly(tmp_path):
     """The real promtool (toolchain) turns a 2-node history into a block holding every series and point."""
     shape = Shape(nodes=2, gpus=8, minutes=3, interval_s=60)
@@ -165,6 +173,7 @@ def test_promtool_backfills_the_history_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("max_samples", [200_000, 5_000_000, 10 ** 12])
+@pytest.mark.unit
 def test_the_max_samples_query_asks_for_twice_the_limit(max_samples):
     q = max_samples_query(1_000_000.0, 1740, node_names(1000), 322, max_samples)
     points = round((q.at - q.start) / q.step_s) + 1
@@ -172,18 +181,21 @@ def test_the_max_samples_query_asks_for_twice_the_limit(max_samples):
     assert q.samples >= min(2 * max_samples, 1000 * 322 * MAX_POINTS * 0.99)
 
 
+@pytest.mark.unit
 def test_seed_queries_cover_every_bucket():
     qs = seed_queries(1000.0, 1740)
     assert [q.id for q in qs] == ["histogram-quantile", "long-range"]
     assert all('{le!=""}' in q.expr for q in qs) and qs[1].is_range and not qs[0].is_range
 
 
+@pytest.mark.unit
 def test_promql_window_is_exact_and_counts_new_series():
     q = promslo.queries(promslo.selector(("POST",), ("resource",), 'resource="configmaps"'), 100.0, 200.0)
     assert "@ 200.000) - (" in q["quantile"] and "@ 100.000) or (" in q["quantile"]
     assert q["quantile"].startswith("histogram_quantile(0.99, sum by (verb, group, resource, subresource, scope, le)")
 
 
+@pytest.mark.unit
 def test_memory_bound_is_what_the_limits_allow():
     class P:
         prometheus_rss_factor, prometheus_max_concurrency, prometheus_max_samples = 2.0, 2, 1_000_000
@@ -198,6 +210,7 @@ class _FakeProm:
         return Answer(200, 0.01, data={"resultType": "matrix", "result": self.result})
 
 
+@pytest.mark.unit
 def test_scrape_gaps_find_a_missed_scrape():
     ts = [100, 102, 104, 108, 110]      # 106 missing
     fake = _FakeProm([{"metric": {"job": "prometheus", "instance": "a"}, "values": [[t, "1"] for t in ts]},
@@ -210,6 +223,7 @@ def test_scrape_gaps_find_a_missed_scrape():
     assert math.isclose(scrapes(fake, 101, 110, None).interval_s["prometheus/a"], 2.0)
 
 
+@pytest.mark.unit
 def test_scrape_gaps_span_the_window_from_the_scrape_before_to_the_one_after():
     """A window shorter than the interval: the scrapes around it still count (no sample inside is not 'no data')."""
     fake = _FakeProm([{"metric": {"job": "prometheus", "instance": "a"},
@@ -224,6 +238,7 @@ def test_scrape_gaps_span_the_window_from_the_scrape_before_to_the_one_after():
     (["503"] * 6, 6),                      # cut every time: the last cut answer is judged (and fails)
     (["200"], 1),                          # answered whole: judged at once (and fails)
 ])
+@pytest.mark.unit
 def test_the_max_samples_query_is_sent_again_only_when_a_deadline_cut_it(monkeypatch, answers, sent):
     from clusterproof.prometheus import limits
     from clusterproof.prometheus.client import Answer
@@ -266,6 +281,7 @@ MAX_SAMPLES = Answer(422, 0.12, "execution", "query processing would load too ma
     (Answer(0, 55.0, "no-answer", "ReadTimeout: no answer within 55 s"), "ran-past"),
     (Answer(400, 0.01, "bad_data", "parse error"), "failed"),
 ])
+@pytest.mark.unit
 def test_an_answer_is_placed_against_the_timeout(answer, kind):
     from clusterproof.prometheus.limits import reach
     assert reach(answer, T, SLACK) == kind
@@ -282,6 +298,7 @@ def _judge(sent, server="250ms"):
     return judge_cut(sent, T, SLACK, "250ms", server, "raise prometheus_backfill_nodes (now 0)")
 
 
+@pytest.mark.unit
 def test_a_query_answered_under_the_limit_cannot_judge_it_and_names_the_key():
     j = _judge(_sent(_answered(0.26, 0.19)))
     assert j.outcome == "skip", j
@@ -289,6 +306,7 @@ def test_a_query_answered_under_the_limit_cannot_judge_it_and_names_the_key():
     assert "not cut" not in j.message and "0.190 s" in j.message, j.message
 
 
+@pytest.mark.unit
 def test_a_query_refused_by_max_samples_is_said_to_meet_another_limit_not_called_uncut():
     j = _judge(_sent(MAX_SAMPLES))
     assert j.outcome == "skip", j
@@ -296,6 +314,7 @@ def test_a_query_refused_by_max_samples_is_said_to_meet_another_limit_not_called
         j.message
 
 
+@pytest.mark.unit
 def test_a_query_that_ran_past_the_timeout_is_red_naming_the_server_flag_and_what_it_read():
     j = _judge(_sent(_answered(3.2, 3.1)), server="10m")
     assert j.outcome == "fail", j
@@ -305,10 +324,12 @@ def test_a_query_that_ran_past_the_timeout_is_red_naming_the_server_flag_and_wha
 
 @pytest.mark.parametrize("answer, outcome", [(CUT_422, "pass"), (Answer(503, 0.9, "timeout", "query timed out in "
                                                                          "query execution"), "fail")])
+@pytest.mark.unit
 def test_a_cut_query_passes_only_within_the_timeout_and_slack(answer, outcome):
     assert _judge(_sent(answer)).outcome == outcome
 
 
+@pytest.mark.unit
 def test_repeated_copies_add_up_the_seed_expression():
     from clusterproof.prometheus.queries import repeated
     q = seed_queries(1000.0, 1740)[0]
@@ -319,6 +340,7 @@ def test_repeated_copies_add_up_the_seed_expression():
 
 
 @pytest.mark.parametrize("own_s, copies", [(0.19, 8), (0.75, 2), (0.0001, 64)])
+@pytest.mark.unit
 def test_copies_are_sized_to_run_twice_the_timeout_and_slack(own_s, copies):
     from clusterproof.prometheus.limits import copies_for
     assert copies_for(_sent(_answered(own_s, own_s)), T, SLACK) == copies
@@ -346,6 +368,7 @@ class _History:
     (2.5, None, [1], "fail"),
     (0.0005, T, [1, 64], "skip"),              # a history of nothing: 64 copies still under the limit
 ])
+@pytest.mark.unit
 def test_a_seed_query_is_sized_to_the_history_and_judged_only_where_it_reached_the_limit(
         monkeypatch, per_copy_s, timeout_s, copies, outcome):
     from clusterproof.prometheus import limits
@@ -361,6 +384,7 @@ def test_a_seed_query_is_sized_to_the_history_and_judged_only_where_it_reached_t
         assert "with 1 copy it answered" in j.message and "prometheus_backfill_nodes" in j.message, j.message
 
 
+@pytest.mark.unit
 def test_a_query_cut_once_and_answered_under_the_limit_when_sent_again_is_sized_again(monkeypatch):
     """The request-timeout check sends the seed (as sized) again: its first answer was cut on a busy machine,
     the second, with warm caches, came under the limit (0.233 s against 250 ms, measured in CI). It is sized

@@ -51,7 +51,7 @@ from tests.harness import (
     run_pytest,
 )
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.host
 SUITE = "suites/test_real_nodes.py"
 NODE = f"{realnodes.NODE_PREFIX}0"
 KUBELET = realnodes.kubelet_component(NODE)

@@ -25,7 +25,7 @@ from clusterproof.core.errors import HarnessError
 from clusterproof.preflight.mock_nvml import FAULTS_ENV, MACHINE_ENV
 from clusterproof.provision import hostpkgs
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 STATE = {"machine": "cp-real-0", "library": "/opt/mock/libnvidia-ml.so.1", "faults": "/c/rn/nvml-faults.json",
          "runc": "/usr/sbin/runc", "faults_env": FAULTS_ENV, "machine_env": MACHINE_ENV}

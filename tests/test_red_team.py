@@ -47,7 +47,7 @@ from clusterproof.kube.tokens import LOAD_RULES, create_load_identity
 from tests import guest
 from tests.harness import ROOT
 
-pytestmark = [pytest.mark.selftest, pytest.mark.coscheduling]   # a PodGroup request needs its CRD
+pytestmark = [pytest.mark.coscheduling]   # a PodGroup request needs its CRD
 
 DATA = ROOT / "tests" / "data"
 BEFORE = {35: [DATA / "rbac-before-issue-35.yaml", DATA / "rbac-destructive-before-issue-35.yaml"],
@@ -679,6 +679,7 @@ def scenes(cluster, run_id, tmp_path_factory):
                 delete_if_present(api, f"/api/v1/namespaces/{pool}/serviceaccounts/clusterproof-load")
 
 
+@pytest.mark.cluster
 def test_every_escalating_request_of_every_identity_is_refused_by_what_closes_it(scenes):
     clients, scene = scenes["shipped"]
     admitted, other = [], []
@@ -694,6 +695,7 @@ def test_every_escalating_request_of_every_identity_is_refused_by_what_closes_it
 
 
 @pytest.mark.parametrize("gen", [pytest.param(35, id="before-issue-35"), pytest.param(48, id="before-issue-48")])
+@pytest.mark.cluster
 def test_the_manifests_of_before_each_review_are_caught_request_by_request(scenes, gen):
     """Negative controls: the requests a review found, as the identities of the manifests shipped before it, come
     back admitted, each of them (but those the manifests of that time refused too) -- the check above can see
@@ -714,6 +716,7 @@ def test_the_manifests_of_before_each_review_are_caught_request_by_request(scene
                              "cannot tell the shipped ones from them:\n" + "\n".join(not_admitted)
 
 
+@pytest.mark.cluster
 def test_a_pool_namespace_stores_no_more_than_its_quota(scenes, cluster):
     """As the harness, PodTemplates (the API-latency probe's kind) up to the pool's quota are admitted, and one more
     is refused by the quota, not by a policy; in the control's pool (the manifests of before issue 48: no quota)
@@ -744,6 +747,7 @@ def test_a_pool_namespace_stores_no_more_than_its_quota(scenes, cluster):
         (200, ""), "the control's pool has no quota, so one more PodTemplate is admitted there"
 
 
+@pytest.mark.unit
 def test_docs_name_what_closes_every_escalation_path():
     """docs/rbac.md's table lists every request of the red team, with the rule or policy that closes it."""
     text = (ROOT / "docs" / "rbac.md").read_text()
@@ -752,12 +756,14 @@ def test_docs_name_what_closes_every_escalation_path():
     assert not missing, f"docs/rbac.md does not list: {', '.join(missing)}"
 
 
+@pytest.mark.unit
 def test_the_pool_namespaces_of_the_manifest_enforce_the_pod_security_the_harness_labels_its_own_with():
     docs = [d for d in access.manifest_docs(False) if d["kind"] == "Namespace" and d["metadata"]["name"] != access.HOME]
     assert docs and all({k: v for k, v in d["metadata"]["labels"].items() if k.startswith("pod-security")}
                         == POD_SECURITY_LABELS for d in docs), [d["metadata"] for d in docs]
 
 
+@pytest.mark.cluster
 def test_the_load_worker_pods_of_the_docs_pass_pod_security_restricted(cluster):
     """The load workers an SRE runs as pods (docs/distributed-load.md, its Job manifest) pass Pod Security
     ``restricted`` like every pod of the harness: the Job's pod template, as a pod, server-side dry run in a pool
@@ -779,6 +785,7 @@ def test_the_load_worker_pods_of_the_docs_pass_pod_security_restricted(cluster):
     assert status == 403 and PSA in message, (status, message)
 
 
+@pytest.mark.cluster
 def test_the_embedded_cluster_refuses_privileged_pods_even_to_its_admin(cluster):
     """Its real nodes run on this machine: kube-apiserver runs with --allow-privileged=false (kwokctl's default is
     true), so no identity -- the admin's included -- gets a privileged container onto the host. Dry run in
@@ -791,6 +798,7 @@ def test_the_embedded_cluster_refuses_privileged_pods_even_to_its_admin(cluster)
     assert send(cluster.api, Request("unprivileged", "", "", "", "POST", path, _pod("unprivileged"))) == (200, "")
 
 
+@pytest.mark.cluster
 def test_the_old_manifests_are_kept_as_they_were_shipped():
     """The controls' data: unchanged copies (plus a header) of what 94aee8a and f7be94f shipped."""
     for gen, files in BEFORE.items():

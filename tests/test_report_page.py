@@ -31,7 +31,6 @@ from clusterproof.core.attachment import Attachment
 from clusterproof.core.measurement import Figure
 from clusterproof.report import allure as page
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = sorted((ROOT / "suites").glob("test_*.py"))
 LONGEST_DOC = 500   # characters: about four lines on the page
@@ -111,6 +110,7 @@ def two_runs(tmp_path_factory) -> tuple[dict, dict]:
     return _run_tiny(tmp, 1.25), _run_tiny(tmp, 4.5)
 
 
+@pytest.mark.cluster
 def test_a_check_keeps_its_history_id_when_its_figures_change(two_runs):
     first, second = two_runs
     for check in ("test_measures", "test_per_mode[paced]", "test_per_mode[storm]"):
@@ -127,6 +127,7 @@ def test_a_check_keeps_its_history_id_when_its_figures_change(two_runs):
     assert [(p["name"], p.get("excluded")) for p in params] == [("gang backend", True)], params
 
 
+@pytest.mark.control
 def test_a_figure_recorded_as_a_plain_parameter_would_change_the_history_id(two_runs):
     """The negative control: the old way (``allure.dynamic.parameter(name, value)``) is caught by the
     comparison above."""
@@ -135,6 +136,7 @@ def test_a_figure_recorded_as_a_plain_parameter_would_change_the_history_id(two_
     assert first["test_the_old_way"]["historyId"] != second["test_the_old_way"]["historyId"]
 
 
+@pytest.mark.unit
 def test_the_page_shows_the_checks_own_docstring_and_its_figures_whole(two_runs):
     first, _ = two_runs
     r = first["test_measures"]
@@ -154,6 +156,7 @@ def test_the_page_shows_the_checks_own_docstring_and_its_figures_whole(two_runs)
     assert _attachment(first["test_per_mode[paced]"], "figures").count("<tr class=") == 1
 
 
+@pytest.mark.unit
 def test_a_domains_attachments_reach_the_page_with_their_name_body_and_kind(two_runs):
     """What a domain hands over (``clusterproof.core.attachment``) is what the page shows: the name, the body
     (a file's as it was) and the kind's MIME type."""
@@ -164,11 +167,13 @@ def test_a_domains_attachments_reach_the_page_with_their_name_body_and_kind(two_
     assert {k: got.get(k) for k in want} == want, got
 
 
+@pytest.mark.unit
 def test_an_attachment_of_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="kind 'png'"):
         Attachment("a plot", "", "png")
 
 
+@pytest.mark.unit
 def test_the_figures_table_has_one_row_per_figure_with_its_verdict():
     figs = [Figure.of("c", "p99", 0.0123, "s", 1.0), Figure.of("c", "bytes", 2.12e4, "B", 1e4),
             Figure.of("c", "never measured", None, "s", 1.0), Figure.of("c", "count", 7, "pods"),
@@ -184,6 +189,7 @@ def test_the_figures_table_has_one_row_per_figure_with_its_verdict():
     assert [d["verdict"] for d in data] == ["within", "within", "beyond", None, None]
 
 
+@pytest.mark.unit
 def test_the_description_is_the_checks_own_docstring_and_a_suite_footer():
     def test_x():
         """What this check proves. Red: what broke."""
@@ -205,6 +211,7 @@ def _checks(path: Path):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")]
 
 
+@pytest.mark.unit
 def test_every_suite_check_has_a_short_docstring_of_its_own_that_says_what_red_means():
     bad = []
     for path in SUITES:
@@ -221,6 +228,7 @@ def test_every_suite_check_has_a_short_docstring_of_its_own_that_says_what_red_m
     assert SUITES and not bad, "\n".join(bad)
 
 
+@pytest.mark.unit
 def test_the_suite_check_above_would_catch_a_check_without_a_docstring(tmp_path):
     path = tmp_path / "test_x.py"
     path.write_text('def test_a():\n    """Proves a. Red: not a."""\n\n\ndef test_b():\n    pass\n')
@@ -241,6 +249,7 @@ def _not_excluded(tree: ast.AST) -> list[int]:
                        for k in c.keywords)]
 
 
+@pytest.mark.cluster
 def test_no_allure_parameter_of_ours_enters_the_history_id():
     """Every ``allure.dynamic.parameter`` in the package, the plugin and the suites passes ``excluded=True``:
     a description names versions, images and errors, a measurement changes nightly; the check's identity is
@@ -253,6 +262,7 @@ def test_no_allure_parameter_of_ours_enters_the_history_id():
     assert len(_not_excluded(ast.parse(TINY))) == 1, "the scan must see the tiny suite's plain parameter"
 
 
+@pytest.mark.cluster
 def test_every_suite_checks_pytest_parameters_are_the_same_from_run_to_run(tmp_path):
     """allure-pytest puts a pytest parameter's *value* (its repr) into the historyId: a value whose repr holds an
     address or any other per-run detail would split a check's history (two collections must agree)."""
@@ -278,6 +288,7 @@ def test_every_suite_checks_pytest_parameters_are_the_same_from_run_to_run(tmp_p
     assert not addresses, "\n".join(addresses)
 
 
+@pytest.mark.unit
 def test_environment_keys_stay_whole_in_allure_properties(tmp_path):
     """Allure reads environment.properties as Java does: an unescaped space, ':' or '=' ends a key, and
     every such key would collapse into one row. Keys are escaped; plain ones are written as they are."""

@@ -9,9 +9,8 @@ import pytest
 
 from clusterproof.core.selfcost import CpuCost, measured
 
-pytestmark = pytest.mark.selftest
 
-
+@pytest.mark.cluster
 def test_the_harness_own_cpu_and_its_childrens_are_measured_apart():
     with measured("busy") as cost:
         end = time.process_time() + 0.3
@@ -28,6 +27,7 @@ def test_the_harness_own_cpu_and_its_childrens_are_measured_apart():
     assert "load generator" not in idle.line()
 
 
+@pytest.mark.unit
 def test_the_line_says_cores_share_and_window():
     line = CpuCost("burst", wall_s=100, own_s=31, children_s=92, cpus=2).line()
     assert line == ("0.31 cores (16 % of 2 CPUs) over 100 s; its load generator (locust, child processes) "

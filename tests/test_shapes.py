@@ -20,8 +20,6 @@ from clusterproof.kube import access, shapes
 from clusterproof.kube.client import raw_request
 from clusterproof.kube.tokens import LOAD_RULES
 
-pytestmark = [pytest.mark.selftest]
-
 
 def _policies(destructive: bool = True) -> dict[str, dict]:
     return {d["metadata"]["name"]: d for d in access.manifest_docs(destructive)
@@ -33,12 +31,14 @@ def _variable(policy: dict, name: str) -> str:
 
 
 @pytest.mark.parametrize("policy,variable", [pytest.param(p, v, id=f"{p}.{v}") for p, v in shapes.POLICY_KEYS])
+@pytest.mark.unit
 def test_each_key_list_of_the_policies_is_the_tables(policy, variable):
     listed = json.loads(_variable(_policies()[policy], variable))
     wanted = shapes.admitted(shapes.POLICY_KEYS[(policy, variable)])
     assert sorted(listed) == wanted, f"{policy} {variable}: {sorted(set(listed) ^ set(wanted))} differ"
 
 
+@pytest.mark.unit
 def test_every_policy_holds_object_metadata_to_the_tables_keys():
     wanted = shapes.admitted(shapes.META + "ObjectMeta")
     with_meta = {n: json.loads(_variable(p, "metaKeys")) for n, p in _policies().items()
@@ -47,11 +47,13 @@ def test_every_policy_holds_object_metadata_to_the_tables_keys():
     assert all(sorted(keys) == wanted for keys in with_meta.values()), with_meta
 
 
+@pytest.mark.unit
 def test_the_role_policy_admits_exactly_the_load_identitys_rules():
     rules = ast.literal_eval(" ".join(_variable(_policies()["clusterproof-roles"], "loadRules").split()))
     assert rules == LOAD_RULES
 
 
+@pytest.mark.unit
 def test_every_policy_of_both_manifests_holds_the_same_identities():
     """One definition of who the harness is: every ServiceAccount of its home and pool namespaces."""
     conditions = {n: p["spec"]["matchConditions"] for n, p in _policies().items()}
@@ -61,6 +63,7 @@ def test_every_policy_of_both_manifests_holds_the_same_identities():
         f"system:serviceaccount:{access.POOL_PREFIX}" in expression
 
 
+@pytest.mark.unit
 def test_the_permission_check_sends_a_request_each_policy_must_refuse():
     node = {"metadata": {"name": "n1", "resourceVersion": "1"}, "spec": {}}
     probed = {p.policy for p in access.probes("clusterproof-0", "n1", True, node, frozenset({"podgroups"}))
@@ -68,12 +71,14 @@ def test_the_permission_check_sends_a_request_each_policy_must_refuse():
     assert probed == set(_policies()), sorted(set(_policies()) ^ probed)
 
 
+@pytest.mark.unit
 def test_a_token_says_its_audiences_and_nothing_else_is_read():
     payload = base64.urlsafe_b64encode(json.dumps({"aud": ["https://a", "https://b"], "sub": "x"}).encode()).decode()
     assert access.token_audiences(f"h.{payload.rstrip('=')}.sig") == ["https://a", "https://b"]
     assert access.token_audiences("not-a-jwt") == [] and access.token_audiences("a.!!!.c") == []
 
 
+@pytest.mark.unit
 def test_the_pool_quota_fits_the_nightly_profiles_largest_check():
     from clusterproof.config.profile import load_profile
     hard = next(d for d in access.manifest_docs(False) if d["kind"] == "ResourceQuota"
@@ -90,6 +95,7 @@ def pod_schemas(cluster) -> dict:
     return json.loads(raw_request(cluster.api, "GET", "/openapi/v3/api/v1").data)["components"]["schemas"]
 
 
+@pytest.mark.cluster
 def test_every_field_of_the_servers_pod_schema_is_allowed_with_a_reason_or_refused(pod_schemas):
     missing = shapes.unclassified(pod_schemas)
     assert not missing, "fields of the server's schema that clusterproof/kube/shapes.py does not classify (the " \
@@ -97,6 +103,7 @@ def test_every_field_of_the_servers_pod_schema_is_allowed_with_a_reason_or_refus
                         ", ".join(missing)
 
 
+@pytest.mark.cluster
 def test_a_field_the_table_does_not_know_is_named(pod_schemas):
     """Negative control: the schema of a later Kubernetes, with one more field in the pod's spec, in a container's
     security context and in the pod's metadata, and a type the table has never seen under an admitted field."""
@@ -210,6 +217,7 @@ def _with(type_name: str, field: str, value) -> dict:
     return pod
 
 
+@pytest.mark.unit
 def test_every_field_the_table_refuses_has_a_sample():
     refused = {f"{t}.{k}" for t, table in shapes.TYPES.items() if t in SAMPLES or t.endswith(("PodSpec", "Container"))
                for k, f in table.items() if not f.admitted}
@@ -229,6 +237,7 @@ def guest_pods(cluster, run_id, tmp_path_factory):
         yield load_client(guest.kubeconfig_for(cluster.api, tmp_path_factory.mktemp("shapes"))[0]), ns
 
 
+@pytest.mark.cluster
 def test_the_policy_refuses_every_field_the_table_refuses(guest_pods):
     """Each refused field of a pod, on the harness's own pod, sent as the ServiceAccount (a server-side dry run) in
     a namespace without Pod Security: refused by clusterproof-pods (or before it, where EARLIER says), or admitted
@@ -272,6 +281,7 @@ SERVICE_TYPES = {"externalName": "ExternalName", "externalTrafficPolicy": "NodeP
                  "nodePort": "NodePort"}
 
 
+@pytest.mark.cluster
 def test_every_field_the_table_refuses_of_a_service_has_a_sample_and_is_refused(guest_pods, cluster):
     """The same for the harness's Service (the watch suite's per-node one): each refused field, with the type it
     needs where it needs one, is refused by clusterproof-services."""

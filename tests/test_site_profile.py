@@ -26,8 +26,6 @@ from clusterproof.config.profile import load_profile
 from tests import guest
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.selftest
-
 CAPACITY = {"cpu": "96", "memory": "1800Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "7000Gi"}
 
 
@@ -63,6 +61,7 @@ def _loaded(tmp_path, inf, nodes):
     return profile, plan_differences(profile, nodes), path.read_text()
 
 
+@pytest.mark.cluster
 def test_the_embedded_clusters_own_nodes_give_back_its_node_plan(tmp_path):
     smoke = load_profile("smoke", [])
     nodes = list(node_bodies(smoke, "r1"))
@@ -79,6 +78,7 @@ def test_the_embedded_clusters_own_nodes_give_back_its_node_plan(tmp_path):
         [(p.name, p.count) for p in node_plan(smoke)], key=lambda pc: [p.name for p in node_plan(profile)].index(pc[0]))
 
 
+@pytest.mark.unit
 def test_a_sites_nodes_give_a_profile_that_loads_and_plans_its_pools(tmp_path):
     nodes = site_nodes()
     inf = infer(nodes)
@@ -97,6 +97,7 @@ def test_a_sites_nodes_give_a_profile_that_loads_and_plans_its_pools(tmp_path):
     assert yaml.safe_load(text)["teams"] == ["applied", "research"]
 
 
+@pytest.mark.unit
 def test_a_team_count_that_does_not_round_is_still_planned_exactly(tmp_path):
     """29 of 100: 0.29 x 100 is 28.999... in floating point; the fraction written must plan 29."""
     nodes = site_nodes({"team-a": 15, "team-b": 14, "preflight": 3, "shared": 68})
@@ -105,6 +106,7 @@ def test_a_team_count_that_does_not_round_is_still_planned_exactly(tmp_path):
     assert differences == [] and inf.keys["teams"] == ["a", "b"], (differences, inf.keys)
 
 
+@pytest.mark.unit
 def test_two_labels_that_both_name_the_pools_are_said_not_guessed():
     same = {p: {"acme.io/nodegroup": p} for p in ("team-research", "team-applied", "preflight", "shared")}
     inf = infer(site_nodes(extra_labels=same))
@@ -114,6 +116,7 @@ def test_two_labels_that_both_name_the_pools_are_said_not_guessed():
     assert "no pool label inferred" in inf.how["nodes"]
 
 
+@pytest.mark.unit
 def test_two_taints_that_both_could_name_teams_are_said_not_guessed():
     nodes = site_nodes()
     for n in nodes:
@@ -127,6 +130,7 @@ def test_two_taints_that_both_could_name_teams_are_said_not_guessed():
     assert inf.keys["teams"] == ["applied", "research"]     # the pools still name them
 
 
+@pytest.mark.unit
 def test_a_label_that_names_its_pools_otherwise_is_said_with_what_to_do():
     renamed = site_nodes()
     for n in renamed:
@@ -141,6 +145,7 @@ def test_a_label_that_names_its_pools_otherwise_is_said_with_what_to_do():
     assert inf.keys["team_taint_key"] == "acme.io/team" and inf.keys["teams"] == ["applied", "research"]
 
 
+@pytest.mark.unit
 def test_uneven_team_pools_and_differing_gpus_are_said():
     nodes = site_nodes({"team-research": 60, "team-applied": 20, "shared": 20})
     nodes[-1]["status"]["allocatable"] = {**CAPACITY, "nvidia.com/gpu": "4"}
@@ -161,11 +166,13 @@ def _command(*args):
     ((), "the following arguments are required: --from-cluster"),
     (("--from-cluster", "--cp-kubeconfig", "/nonexistent/kc"), "kubeconfig /nonexistent/kc does not exist"),
 ])
+@pytest.mark.cluster
 def test_bad_input_is_one_line_and_exit_4(args, says):
     run = _command(*args)
     assert run.returncode == 4 and says in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
+@pytest.mark.cluster
 def test_the_session_clusters_nodes_give_its_profile_as_the_service_account(cluster, profile, tmp_path):
     """Read-only, with the shipped ServiceAccount's token: one LIST of nodes."""
     kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)

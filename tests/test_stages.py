@@ -7,7 +7,7 @@ import yaml
 from clusterproof.cluster import stages
 from clusterproof.core.errors import HarnessError
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 
 def _stage(name: str, **spec) -> dict:

@@ -35,7 +35,7 @@ from clusterproof.kube.namespaces import create_namespace
 from clusterproof.kube.ownership import OwnerRecord, delete_owned
 from tests.harness import run_leftovers
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 
 FLOW = (f"{PRIORITY_LEVELS}/{FLOW_NAME}", f"{FLOW_SCHEMAS}/{FLOW_NAME}")
 

@@ -14,9 +14,8 @@ import pytest
 
 from tests.harness import run_pytest
 
-pytestmark = pytest.mark.selftest
 
-
+@pytest.mark.cluster
 def test_a_module_that_kills_a_component_fails_and_the_next_one_runs(tmp_path):
     run = run_pytest(["tests/poison/poisoner.py", "tests/poison/bystander.py", "--cp-profile", "smoke",
                       "-p", "no:randomly"], tmp_path, timeout=600)
@@ -33,6 +32,7 @@ def test_a_module_that_kills_a_component_fails_and_the_next_one_runs(tmp_path):
     assert "control-plane components restarted during this module" in found, found
 
 
+@pytest.mark.unit
 def test_a_bring_up_whose_controller_manager_never_starts_says_why_and_keeps_the_logs(tmp_path, monkeypatch):
     """CI once lost a worker's whole session to "kube-controller-manager created the default ServiceAccount:
     not reached within 120 s; last seen: None", with the cluster and its logs deleted. Now the line names the
@@ -88,6 +88,7 @@ def _gave_up_kwok(tmp_path, monkeypatch, comes_back: bool):
     return kc, started
 
 
+@pytest.mark.unit
 def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_again(tmp_path, monkeypatch):
     """kwok v0.8.0 waits about 15 s for a node list, then exits, and kwokctl leaves it down: on a loaded
     machine a bring-up then created its nodes for no one and waited out its timeout with 0 Ready. The
@@ -102,6 +103,7 @@ def test_a_kwok_controller_that_gave_up_waiting_for_the_api_server_is_started_ag
                     "its RBAC; its last log line: " + KWOK_GAVE_UP.splitlines()[-1] + "); started again"], said
 
 
+@pytest.mark.cluster
 def test_a_kwok_controller_that_keeps_exiting_ends_the_bring_up_naming_it(tmp_path, monkeypatch):
     from clusterproof.cluster import backends
     from clusterproof.core.waiting import WaitTimeout

@@ -14,7 +14,7 @@ from clusterproof.core.run import RUN_LABEL
 from clusterproof.kube import placement as pl
 from clusterproof.taints import admission as adm
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 KEY = "openai.com/team"
 RULES = adm.TeamRules(KEY, ("research", "applied"), "openai.com/team", "borrow", "reject")
 

@@ -51,7 +51,7 @@ from tests.harness import (
     run_pytest,
 )
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_taint_isolation.py"
 UNTOLERATED = "test_pod_without_team_toleration_never_lands_on_a_team_node"
 EXACT = "test_team_pod_gets_exactly_its_toleration_and_stays_off_other_teams"

@@ -6,7 +6,7 @@ import pytest
 
 from clusterproof.core.texttable import markdown_table, text_table
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 
 def test_a_column_is_as_wide_as_its_widest_cell_and_numbers_align_right():

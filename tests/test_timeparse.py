@@ -7,7 +7,7 @@ import pytest
 
 from clusterproof.core.timeparse import MICRO, duration_s, epoch, format_time, go_duration_s, http_date, parse_time
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.unit
 
 UTC = dt.timezone.utc
 

@@ -39,7 +39,7 @@ from tests.harness import (
     run_pytest,
 )
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.control
 SUITE = "suites/test_watch_bandwidth.py"
 T = "[per-node-service]"
 PER_EVENT = "test_each_slice_event_carries_one_slice_within_the_endpoint_limit" + T

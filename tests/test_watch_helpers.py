@@ -13,9 +13,6 @@ from clusterproof.watch import wire
 from clusterproof.watch.measure import watch_metrics
 from clusterproof.watch.pernode_service import churn_plan
 
-pytestmark = pytest.mark.selftest
-
-
 # --- a protobuf writer for test frames (the wire format the apiserver uses) -------------------------
 
 def _varint(n: int) -> bytes:
@@ -68,6 +65,7 @@ EPS = [("10.128.0.1", True, "ep-0"), ("10.128.1.1", False, "ep-1")]
 
 # --- framing ---------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_json_frames_are_lines_and_a_partial_line_waits():
     a, b = _slice_json("s", "1", EPS), _slice_json("s", "2", EPS)
     buf = bytearray(a + b[:10])
@@ -76,6 +74,7 @@ def test_json_frames_are_lines_and_a_partial_line_waits():
     assert wire.take_frames(buf, wire.JSON) == [b] and not buf
 
 
+@pytest.mark.unit
 def test_protobuf_frames_are_length_prefixed_and_a_partial_frame_waits():
     a, b = _slice_pb("s", "1", EPS), _slice_pb("s", "2", EPS)
     buf = bytearray(a + b[:3])
@@ -90,6 +89,7 @@ def test_protobuf_frames_are_length_prefixed_and_a_partial_frame_waits():
 
 # --- decoding --------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_protobuf_and_json_slice_events_decode_to_the_same_summary():
     pb = wire.decode(_slice_pb("s", "9", EPS, [("a", "b")]), wire.PROTOBUF)
     js = wire.decode(_slice_json("s", "9", EPS), wire.JSON)
@@ -100,6 +100,7 @@ def test_protobuf_and_json_slice_events_decode_to_the_same_summary():
     assert 0 < pb.endpoint_bytes < pb.size and 0 < js.endpoint_bytes < js.size
 
 
+@pytest.mark.unit
 def test_json_endpoint_bytes_are_the_bytes_the_endpoints_take():
     frame = _slice_json("s", "9", EPS)
     without = _slice_json("s", "9", [])
@@ -107,11 +108,13 @@ def test_json_endpoint_bytes_are_the_bytes_the_endpoints_take():
     assert wire.decode(frame, wire.JSON).endpoint_bytes == len(frame) - len(without) + 1
 
 
+@pytest.mark.unit
 def test_protobuf_endpoints_object_lists_ready_and_not_ready_addresses():
     ev = wire.decode(_endpoints_pb("svc", [("10.0.0.1", "a")], [("10.0.0.2", "b")]), wire.PROTOBUF)
     assert ev.kind == "Endpoints" and ev.endpoints == (("10.0.0.1", True, "a"), ("10.0.0.2", False, "b"))
 
 
+@pytest.mark.unit
 def test_scaled_size_keeps_the_overhead_and_scales_the_endpoints():
     ev = wire.decode(_slice_pb("s", "9", EPS), wire.PROTOBUF)
     assert wire.scaled_size(ev, 2) == ev.size
@@ -124,6 +127,7 @@ def _events(*frames) -> list:
     return [wire.decode(f, wire.JSON) for f in frames]
 
 
+@pytest.mark.unit
 def test_analysis_counts_changes_and_flags_unchanged_and_foreign_events():
     initial = {"ns/s": tuple(sorted(EPS))}
     e1 = _slice_json("s", "2", [EPS[0], ("10.128.1.1", True, "ep-1")])      # ep-1 ready: one change
@@ -138,12 +142,14 @@ def test_analysis_counts_changes_and_flags_unchanged_and_foreign_events():
     assert g.max_endpoints == 2 and g.full_slice_bytes > g.largest_event
 
 
+@pytest.mark.unit
 def test_a_watcher_that_missed_an_event_has_diverged():
     evs = _events(_slice_json("s", "2", EPS), _slice_json("s", "3", EPS[:1]))
     g = wa.analyze("endpointslices", "json", [evs, evs[:1]], {}, None, 100)
     assert g.diverged == ["watcher 1: 1 events, the first watcher 2"]
 
 
+@pytest.mark.unit
 def test_budget_is_one_full_slice_per_change():
     evs = _events(_slice_json("s", "2", EPS[:1]))
     g = wa.analyze("endpointslices", "json", [evs], {}, None, 100)
@@ -152,6 +158,7 @@ def test_budget_is_one_full_slice_per_change():
     assert not wa.within_budget(g, 1.0)
 
 
+@pytest.mark.unit
 def test_agreement_adds_other_watchers_as_protobuf_watchers():
     pb = wa.GroupFigures("endpointslices", "protobuf", 2, metric_bytes=200, metric_events=2,
                          metric_bytes_one_watcher=100)
@@ -160,6 +167,7 @@ def test_agreement_adds_other_watchers_as_protobuf_watchers():
     assert (a.other_watchers, a.other_bytes, a.expected, a.relative_difference) == (3, 300, 800, 0)
 
 
+@pytest.mark.unit
 def test_watch_metrics_reads_sizes_and_watch_requests_per_api():
     text = "\n".join([
         'apiserver_watch_events_sizes_sum{group="discovery.k8s.io",resource="endpointslices",version="v1"} 1.5e+06',
@@ -178,6 +186,7 @@ def test_watch_metrics_reads_sizes_and_watch_requests_per_api():
 
 # --- churn plan and projection -----------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_churn_plan_takes_kinds_in_turn_and_leaves_the_service_whole():
     plan = churn_plan(5, ["replace", "ready", "drain"], size=30, nodes=10)
     assert [s.kind for s in plan] == ["replace", "unready", "drain", "replace", "ready", "undrain"]
@@ -188,17 +197,20 @@ def test_churn_plan_takes_kinds_in_turn_and_leaves_the_service_whole():
             assert s.slot != unready and s.slot % 10 != drained
 
 
+@pytest.mark.unit
 def test_churn_plan_is_deterministic_and_spreads_targets():
     a = churn_plan(12, ["replace"], size=1100, nodes=100)
     assert a == churn_plan(12, ["replace"], size=1100, nodes=100)
     assert len({s.slot for s in a}) == 12 and max(s.slot for s in a) > 500
 
 
+@pytest.mark.unit
 def test_egress_is_watchers_times_rate_times_bytes():
     assert wa.change_rate(3600, 1.0) == 1.0
     assert wa.egress(3600, 1.0, 1000) == 3600 * 1000
 
 
+@pytest.mark.unit
 def test_extrapolation_stops_at_the_cap():
     pts = [(100, 10.0), (1000, 100.0)]
     assert wa.extrapolate(pts, 100, None) == 10.0
@@ -209,6 +221,7 @@ def test_extrapolation_stops_at_the_cap():
 
 # --- profile -----------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_node_pod_cidrs_give_each_node_its_own_slash_24():
     assert node_pod_cidrs("10.128.0.0/9", 3) == ["10.128.0.0/24", "10.128.1.0/24", "10.128.2.0/24"]
     assert node_pod_cidrs("10.128.0.0/9", 7500)[-1] == "10.157.75.0/24"
@@ -216,10 +229,12 @@ def test_node_pod_cidrs_give_each_node_its_own_slash_24():
         node_pod_cidrs("10.0.0.0/20", 100)
 
 
+@pytest.mark.unit
 def test_watch_sizes_from_the_command_line_are_numbers():
     assert load_profile("smoke", ["watch_sizes=100,200"]).watch_sizes == [100, 200]
 
 
+@pytest.mark.unit
 def test_socket_bytes_are_what_the_kernel_received():
     import socket
 
@@ -238,12 +253,14 @@ def test_socket_bytes_are_what_the_kernel_received():
                 assert tcp_bytes_received(c) - before == 12345
 
 
+@pytest.mark.unit
 def test_resource_versions_compare_as_etcd_revisions():
     from clusterproof.watch.watchers import older
     assert older("99", "100") and not older("100", "100") and not older("101", "100")
     assert older("abc", "abd") and not older("abc", "abc")   # not integers: only "same or not"
 
 
+@pytest.mark.cluster
 def test_pods_the_node_lifecycle_controller_marked_not_ready_are_named_as_such():
     """A settle wait that runs out on endpoints shown not ready says which pods the node lifecycle controller
     marked (NodeNotReady) and, on the harness's own cluster, that kwok never makes them Ready again."""

@@ -21,8 +21,6 @@ from kubernetes import client
 from clusterproof.kube import client as kube
 from clusterproof.kube.informer import Gone, Informer, InformerError
 
-pytestmark = pytest.mark.selftest
-
 
 def _reset():
     return urllib3.exceptions.ProtocolError("Connection aborted.",
@@ -85,6 +83,7 @@ def _informer(script, seen=None, **kw):
 
 # --- the informer -------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_the_informer_reconnects_after_a_connection_reset():
     script = _Script([_listing("10", _pod("a", "1"))],
                      [[{"type": "MODIFIED", "object": _pod("a", "11")}, _reset()],
@@ -100,6 +99,7 @@ def test_the_informer_reconnects_after_a_connection_reset():
     assert cut.ended is not None and "ProtocolError" in cut.error and "reset" in cut.error, cut
 
 
+@pytest.mark.unit
 def test_the_informer_rides_out_refusals_5xx_error_events_and_malformed_lines():
     def ok(i):   # one delivered event between failures: each failure is an outage of its own
         return {"type": "MODIFIED", "object": _pod("a", str(10 + i))}
@@ -122,6 +122,7 @@ def test_the_informer_rides_out_refusals_5xx_error_events_and_malformed_lines():
         assert what in got, (what, got)
 
 
+@pytest.mark.unit
 def test_the_informer_relists_when_its_version_is_gone_after_a_reconnect():
     script = _Script([_listing("10", _pod("a", "1"), _pod("b", "2")), _refused(), _listing("30", _pod("c", "25"))],
                      [_reset(), ["410"], [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "31"}}}]])
@@ -133,6 +134,7 @@ def test_the_informer_relists_when_its_version_is_gone_after_a_reconnect():
     assert inf.relists == 1 and inf.reconnects == 2
 
 
+@pytest.mark.unit
 def test_the_reconnect_backoff_doubles_with_jitter_up_to_its_bound():
     script = _Script([_listing("10")], [_reset()])
     inf = _informer(script, backoff_first_s=0.002, backoff_max_s=0.016, give_up_s=0.3)
@@ -147,6 +149,7 @@ def test_the_reconnect_backoff_doubles_with_jitter_up_to_its_bound():
     assert len({round(d, 6) for d in inf.backoffs[4:]}) > 1
 
 
+@pytest.mark.unit
 def test_the_backoff_starts_over_once_a_stream_delivers():
     events = [[{"type": "MODIFIED", "object": _pod("a", str(i))}, _reset()] for i in range(11, 16)]
     script = _Script([_listing("10", _pod("a", "1"))], [_reset(), _reset(), _reset(), *events, [_reset()]])
@@ -157,6 +160,7 @@ def test_the_backoff_starts_over_once_a_stream_delivers():
     assert all(d <= 0.002 for d in inf.backoffs[3:]), inf.backoffs
 
 
+@pytest.mark.unit
 def test_the_informer_gives_up_after_its_bound_with_one_line():
     script = _Script([_listing("10")], [_refused()])
     inf = _informer(script, give_up_s=0.2)
@@ -169,6 +173,7 @@ def test_the_informer_gives_up_after_its_bound_with_one_line():
     assert "/api/v1/namespaces/ns/pods" in msg
 
 
+@pytest.mark.cluster
 def test_a_cut_off_store_is_seen_as_stale_and_check_raises():
     script = _Script([_listing("10", _pod("a", "1"))], [[{"type": "ADDED", "object": _pod("b", "11")}, _refused()],
                                                         _refused()])
@@ -189,6 +194,7 @@ def test_a_cut_off_store_is_seen_as_stale_and_check_raises():
         inf.stop()
 
 
+@pytest.mark.unit
 def test_a_window_that_ends_while_the_watch_is_cut_off_raises_instead_of_answering():
     """``watch_for(seconds, until)`` answers "did it happen?"; cut off at the end, it cannot say no."""
     script = _Script([_listing("10")], [[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}},
@@ -198,6 +204,7 @@ def test_a_window_that_ends_while_the_watch_is_cut_off_raises_instead_of_answeri
         inf.watch_for(0.3, lambda: False)
 
 
+@pytest.mark.unit
 def test_an_answer_no_retry_can_change_ends_the_informer_at_once():
     script = _Script([_listing("10")], [client.ApiException(status=403, reason="Forbidden")])
     inf = _informer(script)
@@ -206,6 +213,7 @@ def test_an_answer_no_retry_can_change_ends_the_informer_at_once():
     assert inf.reconnects == 0 and script.calls == 2
 
 
+@pytest.mark.unit
 def test_a_consumer_whose_handler_raises_is_not_retried():
     def boom(kind, obj):
         raise KeyError("spec")
@@ -216,6 +224,7 @@ def test_a_consumer_whose_handler_raises_is_not_retried():
     assert inf.reconnects == 0
 
 
+@pytest.mark.unit
 def test_outages_tell_a_measurement_whether_its_window_had_a_hole():
     script = _Script([_listing("10")], [[_reset()], [{"type": "ADDED", "object": _pod("b", "11")}]])
     inf = _informer(script)
@@ -265,18 +274,21 @@ def _api_error(status):
                                .get(status, ""))
 
 
+@pytest.mark.unit
 def test_a_read_is_retried_after_a_connection_reset_or_refusal(monkeypatch):
     server = _Server(monkeypatch, _reset(), _refused(), _Resp(b'{"items": []}'))
     assert kube.list_raw(None, "/api/v1/pods") == {"items": []}
     assert len(server.sent) == 3
 
 
+@pytest.mark.unit
 def test_a_body_cut_off_mid_read_is_fetched_again_for_a_read(monkeypatch):
     server = _Server(monkeypatch, _Resp(broken=True), _Resp(b'{"items": [1]}'))
     assert kube.list_raw(None, "/api/v1/pods") == {"items": [1]}
     assert len(server.sent) == 2
 
 
+@pytest.mark.unit
 def test_a_write_is_sent_again_only_if_it_never_left(monkeypatch):
     server = _Server(monkeypatch, _refused(), _Resp(b"{}"))
     kube.raw_request(None, "POST", "/api/v1/namespaces/ns/configmaps", body={"metadata": {"name": "x"}})
@@ -289,6 +301,7 @@ def test_a_write_is_sent_again_only_if_it_never_left(monkeypatch):
         assert f"a {method} that may have reached the server is not safe to repeat" in " ".join(e.value.__notes__)
 
 
+@pytest.mark.cluster
 def test_retries_of_connection_errors_are_bounded(monkeypatch):
     server = _Server(monkeypatch, _refused())
     t0 = time.monotonic()
@@ -300,6 +313,7 @@ def test_retries_of_connection_errors_are_bounded(monkeypatch):
     assert note.startswith("clusterproof: GET /api/v1/pods: connection failed (") and "gave up after 0.3 s" in note
 
 
+@pytest.mark.unit
 def test_watches_read_timeouts_and_http_answers_are_not_retried_here(monkeypatch):
     for step, query in ((_reset(), {"watch": "true"}),
                         (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), None),
@@ -313,6 +327,7 @@ def test_watches_read_timeouts_and_http_answers_are_not_retried_here(monkeypatch
 MARKS = {"labels": {"clusterproof.io/run": "r1"}, "annotations": {"clusterproof.io/created": "2026-11-30T10:00:00Z"}}
 
 
+@pytest.mark.unit
 def test_create_if_absent_knows_its_own_first_attempt_after_a_resend(monkeypatch):
     body = {"metadata": {"name": "sa", **MARKS}}
     path = "/api/v1/namespaces/ns/serviceaccounts"
@@ -329,6 +344,7 @@ def test_create_if_absent_knows_its_own_first_attempt_after_a_resend(monkeypatch
     assert server.sent == [("POST", path)]
 
 
+@pytest.mark.unit
 def test_delete_if_present_counts_a_404_after_a_resend_as_its_own(monkeypatch):
     _Server(monkeypatch, _reset(), _api_error(404))
     assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is True
@@ -338,6 +354,7 @@ def test_delete_if_present_counts_a_404_after_a_resend_as_its_own(monkeypatch):
     assert kube.delete_if_present(None, "/api/v1/namespaces/ns/pods/p") is True
 
 
+@pytest.mark.unit
 def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
     path = "/api/v1/namespaces/ns/pods"
     body = {"metadata": {"name": "p", **MARKS}}
@@ -351,6 +368,7 @@ def test_a_pod_create_sent_again_returns_our_own_first_attempt(monkeypatch):
     assert e.value.status == 409
 
 
+@pytest.mark.unit
 def test_a_504_is_sent_again_once_where_a_resend_is_safe(monkeypatch):
     """kube-apiserver's own deadline passed (it waited 60 s on the busy CI machine): a read, and a create
     that tells its own 409, are sent once more even though the wait used up the retry budget; any other
@@ -394,6 +412,7 @@ def test_a_504_is_sent_again_once_where_a_resend_is_safe(monkeypatch):
     pytest.param("failed", "AssertionError: job burst-0: 3 of 18 pods bound\nassert False\n", "Cluster defect",
                  id="cluster-defect"),
 ])
+@pytest.mark.unit
 def test_every_result_lands_in_exactly_one_report_category(status, message, category):
     """Allure puts a result in every category that matches; a harness error must not also count as a
     cluster defect (nor a control-plane breakage as a harness error)."""
@@ -403,6 +422,7 @@ def test_every_result_lands_in_exactly_one_report_category(status, message, cate
 
 # --- the watch-bandwidth streams ------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
     """A watcher whose stream ended can never catch up: the wait ends as soon as every live one has,
     and the cut one is left to the drop check (or to the restart's one line)."""
@@ -427,6 +447,7 @@ def test_a_cut_watch_stream_is_not_waited_for_until_the_settle_timeout():
 
 # --- the preflight contract watch ----------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_bind_the_contract_watch_saw_only_in_a_relist_is_not_judged_but_named():
     """After 410 Gone the informer relists: a pod first seen bound there (or bound while the node watch
     was in such a gap) was bound at a moment nobody saw. Neither a violation nor a pass: one line."""

@@ -39,10 +39,9 @@ from clusterproof.kube.pods import (
     wait_namespaces_gone,
 )
 
-pytestmark = pytest.mark.selftest
-
 
 @pytest.mark.coscheduling
+@pytest.mark.cluster
 def test_informer_relists_after_410_gone_and_emits_deleted(cluster, namespace, run_id):
     """PodGroups (a CRD the embedded cluster has from its start): their watch cache begins at the
     CRD's creation, so a resourceVersion from before it is one the apiserver can no longer serve --
@@ -69,6 +68,7 @@ def test_informer_relists_after_410_gone_and_emits_deleted(cluster, namespace, r
     assert sorted(o["metadata"]["name"] for o in inf.snapshot()) == ["b", "c"]
 
 
+@pytest.mark.cluster
 def test_a_pod_created_again_under_its_old_name_has_only_its_own_events(cluster, namespace, run_id):
     api = cluster.api
     [old] = create_pods(api, namespace, [pod_body("again", run_id, node_selector={"example.com/none": "x"})]).values()
@@ -82,6 +82,7 @@ def test_a_pod_created_again_under_its_old_name_has_only_its_own_events(cluster,
         "the new pod 'again' inherited its predecessor's FailedScheduling event"
 
 
+@pytest.mark.cluster
 def test_deleted_pods_are_waited_for_until_gone_not_just_terminating(cluster, namespace, run_id):
     api, hold = cluster.api, "clusterproof.io/test-hold"
     # Unbound (no node matches): kwok, which acts on pods of its nodes, does not touch it.
@@ -100,6 +101,7 @@ def test_deleted_pods_are_waited_for_until_gone_not_just_terminating(cluster, na
     assert "held" not in list_pods(api, namespace)
 
 
+@pytest.mark.cluster
 def test_a_run_namespace_is_emptied_by_the_harness_and_waited_for(cluster, run_id):
     """The Events of thousands of pods outlast the namespace controller's one collection DELETE
     (504 at 7,500 nodes): the harness deletes them itself; the guard waits for the namespace."""
@@ -126,6 +128,7 @@ def test_a_run_namespace_is_emptied_by_the_harness_and_waited_for(cluster, run_i
     wait_namespaces_gone(api, run_id, timeout=60)
 
 
+@pytest.mark.unit
 def test_a_latency_window_is_taken_on_one_apiserver_replica(monkeypatch):
     """Behind a load balancer, scrapes alternate between replicas A and B: the window's second end
     is retried (on fresh connections) until it is A again, and refused if it never is."""
@@ -227,6 +230,7 @@ def link(cluster):
         api.close()
 
 
+@pytest.mark.cluster
 def test_the_informer_reconnects_after_a_connection_reset(cluster, namespace, run_id, link):
     proxy, via = link
     path, mine = f"/api/v1/namespaces/{namespace}/configmaps", {"labelSelector": f"{RUN_LABEL}={run_id}"}

@@ -33,7 +33,7 @@ import pytest
 
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.selftest
+pytestmark = pytest.mark.cluster
 
 EXAMPLE = ROOT / "docs" / "examples" / "team-suite"
 GENERIC = {"fixtures", "reports", "load", "tests", "bench", "suites", "conftest.py"}

@@ -33,10 +33,10 @@ import yaml
 
 from clusterproof.provision import toolchain
 
-pytestmark = pytest.mark.selftest
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 WORKFLOW = WORKFLOWS / "nightly.yml"
+CI = WORKFLOWS / "ci.yml"
 # What .ci/nightly reads from its environment: only what a test gives it (not this machine's).
 NIGHTLY_ENV = ("PROFILE", "ARGS", "PREVIOUS", "KUBECONFIG_FILE", "PUBLISH_REAL_CLUSTER_REPORT", "GITHUB_OUTPUT",
                "CLUSTERPROOF_OUTPUT_DIR")
@@ -52,9 +52,11 @@ def _lint(actionlint: Path, path: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_the_nightly_workflow_passes_actionlint(actionlint):
-    run = _lint(actionlint, WORKFLOW)
-    assert run.returncode == 0, f"actionlint found problems in {WORKFLOW}:\n{run.stdout}{run.stderr}"
+@pytest.mark.cluster
+@pytest.mark.parametrize("path", [WORKFLOW, CI], ids=lambda p: p.name)
+def test_the_workflows_pass_actionlint(actionlint, path):
+    run = _lint(actionlint, path)
+    assert run.returncode == 0, f"actionlint found problems in {path}:\n{run.stdout}{run.stderr}"
 
 
 @pytest.mark.parametrize("old,new,expected", [
@@ -62,6 +64,7 @@ def test_the_nightly_workflow_passes_actionlint(actionlint):
     ('cron: "17 2 * * *"', 'cron: "17 25 * * *"', "invalid CRON format"),
     ("timeout-minutes: 90", "timeout-minutes: ninety", "timeout-minutes"),
 ], ids=["undefined-input", "bad-cron", "bad-timeout"])
+@pytest.mark.cluster
 def test_actionlint_catches_a_broken_copy_of_the_workflow(actionlint, tmp_path, old, new, expected):
     text = WORKFLOW.read_text()
     assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
@@ -93,6 +96,7 @@ def _zizmor(workflows: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
     return run, ZIZMOR_FINDING.findall(run.stdout)
 
 
+@pytest.mark.unit
 def test_the_workflows_pass_zizmor():
     run, findings = _zizmor(WORKFLOWS)
     assert run.returncode == 0 and not findings and "No findings" in run.stdout, (
@@ -107,6 +111,7 @@ def test_the_workflows_pass_zizmor():
     ("    environment: ${{ inputs.existing_cluster && 'cluster-validation' || '' }}\n", "", "secrets-outside-env"),
 ], ids=["secret-chosen-by-input", "action-pinned-by-tag", "input-in-run", "credentials-left-in-checkout",
         "secret-outside-environment"])
+@pytest.mark.unit
 def test_zizmor_catches_a_known_bad_copy_of_the_workflow(tmp_path, old, new, audit):
     """Negative control: each copy brings back one hole zizmor must find (the first is the workflow's own
     past: whoever dispatched it could load any repository secret by name)."""
@@ -168,6 +173,7 @@ def pin_problems(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.y*ml")), ids=lambda p: p.name)
+@pytest.mark.unit
 def test_every_action_is_pinned_to_its_recorded_commit(path):
     assert pin_problems(path.read_text()) == []
 
@@ -186,6 +192,7 @@ def test_every_action_is_pinned_to_its_recorded_commit(path):
     ("actions/checkout@11d5960a326750d5838078e36cf38b85af677262",
      "someone/checkout@11d5960a326750d5838078e36cf38b85af677262", "has no recorded pin"),
 ], ids=["tag", "short-sha", "branch", "other-commit", "wrong-tag-comment", "no-tag-comment", "unknown-action"])
+@pytest.mark.unit
 def test_a_copy_with_an_action_not_pinned_to_its_recorded_commit_is_caught(old, new, expected):
     text = WORKFLOW.read_text()
     assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
@@ -245,6 +252,7 @@ def guest_rule_problems(text: str) -> list[str]:
     return problems
 
 
+@pytest.mark.unit
 def test_the_nightly_workflow_keeps_secrets_out_of_scripts_and_real_cluster_reports_off_pages():
     assert guest_rule_problems(WORKFLOW.read_text()) == []
 
@@ -268,6 +276,7 @@ def test_the_nightly_workflow_keeps_secrets_out_of_scripts_and_real_cluster_repo
 ], ids=["input-in-run", "secret-in-run", "secret-chosen-by-input", "other-secret", "every-secret",
         "secret-outside-environment", "secret-in-another-environment", "secret-read-on-every-run",
         "secret-in-the-jobs-env", "real-report-uploaded-for-pages", "real-report-deployed"])
+@pytest.mark.unit
 def test_a_copy_that_leaks_a_secret_or_publishes_a_real_cluster_report_is_caught(old, new, expected):
     text = WORKFLOW.read_text()
     assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
@@ -283,6 +292,7 @@ def test_a_copy_that_leaks_a_secret_or_publishes_a_real_cluster_report_is_caught
     pytest.param({"KUBECONFIG_FILE": "/tmp/kc", "PUBLISH_REAL_CLUSTER_REPORT": "true"}, "true",
                  id="existing-cluster-opted-in"),
 ])
+@pytest.mark.unit
 def test_the_nightly_script_publishes_a_real_clusters_report_only_on_opt_in(tmp_path, env, pages):
     """.ci/nightly decides before the main job runs; a main job that fails (or never ends) cannot
     change that decision."""
@@ -317,6 +327,7 @@ def _nightly(tmp_path: Path, status: dict[str, int], **env: str) -> tuple[int, l
     return proc.returncode, calls, repo
 
 
+@pytest.mark.unit
 def test_the_nightly_script_compares_with_the_last_good_night_and_carries_the_history(tmp_path):
     prev = tmp_path / "prev"
     (prev / "history").mkdir(parents=True)
@@ -335,7 +346,82 @@ def test_the_nightly_script_compares_with_the_last_good_night_and_carries_the_hi
     (0, 9, 9),                                               # only the report failed: 9
     (1, 9, 1),                                               # both: the run's code says more
 ])
+@pytest.mark.cluster
 def test_the_nightly_script_builds_the_report_and_passes_the_runs_exit_code_through(tmp_path, run, report, expected):
     status, calls, _ = _nightly(tmp_path, {"run": run, "report": report}, PREVIOUS=str(tmp_path / "none"))
     assert status == expected and [c[0] for c in calls] == ["run", "report"]
     assert calls[0] == ["run", "PROFILE=nightly", "ARGS="]
+
+
+# --- CI on every change (.github/workflows/ci.yml) -----------------------------------------------------------
+
+README = ROOT / "README.md"
+UNIT_COMMAND = "./proof test --unit"
+
+
+def ci_rule_problems(text: str) -> list[str]:
+    """What breaks the CI workflow's own rules (its header): every push to main and every pull request, as itself;
+    read-only; superseded runs cancelled; no expression in a script, no secret; the unit job the README's command
+    with no binary cache; the gate .ci/run after the fast jobs, with the binaries restored by the pinned versions."""
+    doc = yaml.safe_load(text)
+    on = doc.get(True, doc.get("on")) or {}      # YAML 1.1 reads the key `on` as a boolean
+    problems = []
+    if set(on) != {"push", "pull_request"}:
+        problems.append(f"runs on {sorted(on)}, not on push and pull_request alone (pull_request_target would run "
+                        "a pull request's code with the repository's rights)")
+    if doc.get("permissions") != {"contents": "read"}:
+        problems.append(f"permissions {doc.get('permissions')}: the token needs contents: read and nothing else")
+    if (doc.get("concurrency") or {}).get("cancel-in-progress") is not True:
+        problems.append("a newer push does not cancel the run it supersedes (concurrency.cancel-in-progress)")
+    if "secrets" in text:
+        problems.append("reads a secret")
+    jobs = doc.get("jobs") or {}
+    for name, job in jobs.items():
+        if "permissions" in job:
+            problems.append(f"job {name}: permissions of its own")
+        for step in job.get("steps") or []:
+            if "${{" in str(step.get("run", "")):
+                problems.append(f"job {name}: an expression inside run: (pass the value through env:)")
+    unit = jobs.get("unit") or {}
+    if not any(str(s.get("run", "")).strip() == UNIT_COMMAND for s in unit.get("steps") or []):
+        problems.append(f"job unit does not run the README's {UNIT_COMMAND}")
+    if any(str(s.get("uses", "")).startswith("actions/cache@") for s in unit.get("steps") or []):
+        problems.append("job unit restores a cache: the unit tier must pass with nothing but the venv")
+    gate = jobs.get("gate") or {}
+    if not any(str(s.get("run", "")).strip() == ".ci/run" for s in gate.get("steps") or []):
+        problems.append("job gate does not run .ci/run")
+    if set(gate.get("needs") or []) != set(jobs) - {"gate"}:
+        problems.append("job gate does not wait for every fast job")
+    keys = [str((s.get("with") or {}).get("key", "")) for s in gate.get("steps") or []
+            if str(s.get("uses", "")).startswith("actions/cache@") and
+            "clusterproof/bin" in str((s.get("with") or {}).get("path", ""))]
+    if not any("clusterproof/provision/toolchain.py" in k for k in keys):
+        problems.append("job gate does not restore the binaries under a key of the pinned versions")
+    return problems
+
+
+@pytest.mark.unit
+def test_the_ci_workflow_checks_every_change_read_only_and_runs_the_readmes_commands():
+    assert ci_rule_problems(CI.read_text()) == []
+    assert UNIT_COMMAND in README.read_text(), f"the README does not give {UNIT_COMMAND}, which the unit job runs"
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("exec ./proof test")
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("  pull_request:\n", "  pull_request_target:\n", "pull_request_target would run"),
+    ("  contents: read                 # to check the repository out; nothing else",
+     "  contents: write", "the token needs contents: read"),
+    ("cancel-in-progress: true", "cancel-in-progress: false", "does not cancel"),
+    ("run: ./proof test --unit", "run: .venv/bin/pytest tests -m unit", "does not run the README's"),
+    ("run: .ci/run", "run: ./proof test ${{ github.event.inputs.args }}", "an expression inside run:"),
+    ("    needs: [ruff, unit, workflows, wheel]", "    needs: [ruff]", "does not wait for every fast job"),
+    ("key: clusterproof-bin-${{ runner.os }}-${{ hashFiles('clusterproof/provision/toolchain.py', ",
+     "key: clusterproof-bin-${{ runner.os }}-${{ hashFiles(", "under a key of the pinned versions"),
+], ids=["pull-request-target", "write-permission", "no-cancel", "other-unit-command", "expression-in-run",
+        "gate-first", "cache-key-without-versions"])
+@pytest.mark.unit
+def test_a_copy_of_the_ci_workflow_that_breaks_a_rule_is_caught(old, new, expected):
+    text = CI.read_text()
+    assert old in text, f"the control's anchor {old!r} is gone from the workflow: update the control"
+    problems = ci_rule_problems(text.replace(old, new, 1))
+    assert any(expected in p for p in problems), problems
