@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from clusterproof.core.waiting import wait_for
 from clusterproof.kube.client import raw_request
 
 DIR = Path(os.environ.get("CP_LIVENESS_DIR", "."))
 
 
+@pytest.mark.cluster
 def test_a_check_that_waits_for_the_self_test(cluster, namespace):
     (DIR / "waits.started").touch()
     raw_request(cluster.api, "POST", f"/api/v1/namespaces/{namespace}/configmaps",
@@ -25,5 +28,6 @@ def test_a_check_that_waits_for_the_self_test(cluster, namespace):
              what=f"the self-test released this check ({DIR / 'release'})")
 
 
+@pytest.mark.cluster
 def test_a_later_check(cluster, namespace):
     (DIR / "later.started").touch()

@@ -5,6 +5,9 @@ It kills kube-scheduler, as a scheduler that lost its leader lease exits.
 import os
 import signal
 
+import pytest
 
+
+@pytest.mark.cluster
 def test_kills_the_scheduler(cluster):
     os.kill(cluster.kwok.pids()["kube-scheduler"], signal.SIGKILL)
