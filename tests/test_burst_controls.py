@@ -1,11 +1,12 @@
 """Negative controls and bad input for suites/test_burst_pod_creation.py.
 
 The suite runs as a user would run it (a pytest subprocess, ``--cp-kubeconfig``
-to the session's embedded cluster). First it passes on the healthy cluster;
-then the kube-scheduler is stopped (pods are never bound: the suite must end
-within its stall bound and say that the scheduler is not running), and then
-throttled to 1 API call/s (pods start, but far outside the startup SLO).
-After every run no pod of that run may be left. Bad profile values end the
+to the session's embedded cluster). Its healthy run is the gate's own
+(``./proof test`` runs it on smoke alone after the self-tests, its latency
+SLOs judged). Here the kube-scheduler is stopped (pods are never bound: the
+suite must end within its stall bound and say that the scheduler is not
+running), and then throttled to 1 API call/s (pods start, but far outside
+the startup SLO). After every run no pod of that run may be left. Bad profile values end the
 run before any test with one line.
 """
 from __future__ import annotations
@@ -130,12 +131,6 @@ def _run(cluster, profile, tmp_path, *sets, shipped=()):
 def _assert_nothing_left(cluster, run_id):
     pods = list_raw(cluster.api, "/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={run_id}"})["items"]
     assert not pods, f"{len(pods)} pods of run {run_id} left behind: {[p['metadata']['name'] for p in pods][:5]}"
-
-
-def test_burst_suite_passes_on_a_healthy_cluster(cluster, profile, tmp_path):
-    run, run_id = _run(cluster, profile, tmp_path)
-    assert run.returncode == 0 and not run.failures, run.output[-3000:]
-    _assert_nothing_left(cluster, run_id)
 
 
 def test_burst_suite_fails_at_once_when_the_scheduler_is_gone(cluster, profile, scheduler, tmp_path):

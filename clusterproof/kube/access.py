@@ -202,7 +202,7 @@ class Manifest:
 # --- what it must never be able to do -------------------------------------------------------
 
 # (call, why a reviewer cares). Checked against the manifest (tests, no cluster) and, as the
-# ServiceAccount, against a live cluster (tests/test_permissions.py).
+# ServiceAccount, against a live cluster (tests/test_permission_controls.py).
 FORBIDDEN: list[tuple[Call, str]] = [
     (Call("create", "", "pods", namespace="kube-system"), "a pod in kube-system runs as any ServiceAccount there"),
     (Call("create", "", "serviceaccounts", "token", "kube-system", "default"), "a token of a system ServiceAccount"),
