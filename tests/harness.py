@@ -30,7 +30,7 @@ class SuiteRun:
         return {k: v for k, v in self.failures.items() if k.startswith(test_prefix)}
 
 
-# The self-tests load the machine on purpose (``./proof test``: 4 workers on 2 cores), so a child run's
+# The self-tests load the machine on purpose (``./proof test``: 5 workers on 2 cores), so a child run's
 # latency SLO checks would judge that load, not the mechanism its self-test proves (seen in CI: a lease
 # PUT p99 of 1.5 s over 3 calls failed the baseline self-test's first run against the session cluster).
 # A child run gets SLO bounds nothing breaks unless its arguments name the key: a control proving that an

@@ -281,7 +281,7 @@ SLO_SUITES = ["suites/test_api_overload.py", "suites/test_burst_pod_creation.py"
 BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in SLO_SUITES], "--cp-profile", "smoke"]
 HOST_STATE = "tests/test_host_state.py"
 GUEST = "tests/test_permissions.py"
-SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", "--cp-profile", "smoke", "-n", "4",
+SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", "--cp-profile", "smoke", "-n", "5",
         "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
