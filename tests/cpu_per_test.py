@@ -41,6 +41,13 @@ def _cluster_cpu(config: pytest.Config) -> dict[str, float]:
         return {}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Child runs spawned, not forked (tests/forkserver.py): a forked run is the fork server's child, and its CPU
+    would not be among this worker's reaped children."""
+    if os.environ.get(ENV):
+        os.environ["CLUSTERPROOF_TEST_FORKSERVER"] = "0"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     out = os.environ.get(ENV)

@@ -16,6 +16,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import forkserver
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,8 +66,11 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
            f"--alluredir={tmp_path / 'allure'}", f"--cp-summary={tmp_path / 'summary.json'}", "-q",
            f"--cp-output-dir={tmp_path / 'out'}",
            *child_args(args)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    child_env = {**os.environ, **(env or {})}
+    if forkserver.wanted(child_env):     # the same run, forked from a process that has its imports done
+        proc = forkserver.run(cmd[3:], ROOT, child_env, timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env)
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, *junit_verdicts(junit))
 
 

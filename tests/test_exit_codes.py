@@ -290,7 +290,7 @@ SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", 
     ("clusterproof.prometheus.history", 8, 1),
     ("pytest tests --ignore", 4, 3),
     ("pytest suites --ignore", 1, 3),
-    (f"pytest {HOST_STATE}", 1, 4),
+    (f"pytest {HOST_STATE}", 1, 5),
     (f"pytest {GUEST}", 1, 5),
     ("pytest suites/test_api_overload.py", 1, 6),
     ("test_cluster_scale.py --cp-profile nightly", 7, 7),
@@ -298,9 +298,10 @@ SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", 
 @pytest.mark.control
 def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_code(tmp_path, failing, code, steps):
     """The history; the suites without a latency SLO beside the self-tests (started together: either may
-    log first); the host-state self-test alone (it compares the machine's global state); the guest runs alone
-    (they run every suite, whose time-bound checks would judge the workers' load); the suites with a
-    latency SLO alone on smoke; the 7,500-node bring-up check."""
+    log first); the host-state self-test beside the guest runs (it compares the machine's global state, which
+    their cluster without a real node leaves alone; the guest runs, run every suite, whose time-bound checks
+    would judge the workers' load); the suites with a latency SLO alone on smoke; the 7,500-node bring-up
+    check. A pair ends with the first code that is not 0, the foreground's first."""
     repo = _fake_repo(tmp_path, {failing: code} if failing else {})
     bin_dir = _stub_make(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("CLUSTERPROOF_TEST_WORKERS", "CLUSTERPROOF_OUTPUT_DIR")}
@@ -309,17 +310,21 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
     assert run.returncode == code, run.stdout + run.stderr
     assert (tmp_path / "make.log").read_text().split() == ["make", "-s", "setup"]
     calls = _calls(tmp_path)
-    if steps > 1:
-        calls[1:3] = sorted(calls[1:3])
+    for pair in (slice(1, 3), slice(3, 5)):     # the two of a pair start together: either may log first
+        calls[pair] = sorted(calls[pair])
     assert calls == [
         ["-m", "clusterproof.prometheus.history", "--cp-profile", "smoke"], *sorted([BESIDE, SELF]),
-        ["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
-        ["-m", "pytest", GUEST, "--cp-profile", "smoke"],
+        *sorted([["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
+                 ["-m", "pytest", GUEST, "--cp-profile", "smoke"]]),
         ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
     if steps > 1:
         assert "proof test: .venv/bin/python -m pytest suites --ignore" in run.stdout, run.stdout
         assert (repo / "out" / "suites-on-smoke.log").exists()
+    if steps > 3:
+        assert (repo / "out" / "host-state.log").exists()
+    if failing:
+        assert f"exited {code}" in run.stderr and failing in run.stderr.split("exited")[0], run.stderr
 
 
 @pytest.mark.control

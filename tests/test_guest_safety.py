@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -213,15 +214,18 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
     theirs["metadata"]["labels"] = {"app": "team"}
     raw_request(api, "POST", f"/api/v1/namespaces/{team_namespace}/pods", body=theirs).data
     # The run's pods live a few seconds (the check places them, reads them and deletes them): a watch started
-    # before the run sees the first one arrive, and the run is killed at once -- a LIST every 0.5 s missed
-    # them on a busy machine (the run finished first).
+    # before the run sees the first one arrive, and stops the run there and then (SIGSTOP to its process group,
+    # from the watch itself), before it is killed -- a LIST every 0.5 s missed them on a busy machine, and so did
+    # a kill from the test's own loop once (a self-test run on five workers: the run had deleted them first).
     path, sel = f"/api/v1/namespaces/{team_namespace}/pods", {"labelSelector": f"{RUN_LABEL}={rid}"}
-    arrived = threading.Event()
+    arrived, run_pid = threading.Event(), []
 
     def watch(rv: str) -> None:
         try:
             for event, _ in watch_lines(api, path, rv, sel, 300):
                 if event.get("type") == "ADDED":
+                    if run_pid:
+                        os.killpg(run_pid[0], signal.SIGSTOP)
                     arrived.set()
                     return
         except Exception:   # the wait below then times out, naming what it waited for
@@ -231,6 +235,7 @@ def test_the_pods_a_killed_run_left_in_a_team_namespace_are_swept_by_uid(cluster
     with background_pytest(_existing(cluster, "suites/test_taint_isolation.py", rid, "-k", "team_pod_gets_exactly",
                                      f"--cp-set=team_namespaces={teams}", f"--cp-set={KILLED_RUN_LEASE}"),
                            tmp_path, new_session=True) as proc:
+        run_pid.append(proc.pid)
         def pods_there():
             ended_early(proc)
             return arrived.is_set()
