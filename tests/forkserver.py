@@ -201,13 +201,17 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subp
     work = Path(tempfile.mkdtemp(prefix="cp-forked-"))
     try:
         files = {k: str(work / k) for k in ("stdout", "stderr", "status")}
-        pid = _get_server().start({"argv": [str(a) for a in argv], "cwd": str(cwd), "env": env, **files})
+        server = _get_server()
+        pid = server.start({"argv": [str(a) for a in argv], "cwd": str(cwd), "env": env, **files})
         status = Path(files["status"])
         deadline, pause, killed = time.monotonic() + timeout, 0.02, False
         while not status.exists():
             if not killed and time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)    # no status yet: the pid is still the run's (module doc)
                 killed = True
+            if not server.alive() and not status.exists() and not Path(f"/proc/{pid}").exists():
+                raise RuntimeError(f"the fork server ended before run {pid} did: its exit code is lost "
+                                   f"({server.dir / 'server.log'})")
             time.sleep(pause)
             pause = min(pause * 1.5, 0.2)
         code = int(status.read_text())
