@@ -135,16 +135,18 @@ def team_setting(names: dict[str, str]) -> str:
 
 
 @contextmanager
-def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | None = None):
+def churned_service(api, profile, owner: str, endpoints: int = 150, pool: str | None = None, share: float = 1.0):
     """Someone else's Service, as on a real cluster: a per-node Service of ``endpoints`` endpoints in a
     namespace of ``owner``'s, one of its pods flipped ready/unready every second by a thread (what the
     watch suite's read-only mode measures, ``watch_service=<namespace>/<name>``); removed afterwards.
-    ``pool``: only that node pool's nodes (default: the profile's ``watch_pool``)."""
+    ``pool``: only that node pool's nodes (default: the profile's ``watch_pool``); ``share``: only that
+    share of them (the first, by name), the others left idle."""
     ns = f"cp-{owner[-4:]}-existing-{os.urandom(2).hex()}"
     create_namespace(api, ns, owner)
     nodes = (pool_nodes(api, profile) if pool is None else
              sorted(n["metadata"]["name"] for n in list_raw(api, "/api/v1/nodes",
                                                            {"labelSelector": f"{profile.pool_label}={pool}"})["items"]))
+    nodes = nodes[:max(1, round(len(nodes) * share))]
     # each pod tolerates exactly its node's taints (a blanket ``Exists``, as node-exporter's manifest has, is
     # refused by a team admission policy in a namespace that is no team's)
     by_name = {n["metadata"]["name"]: n for n in list_raw(api, "/api/v1/nodes")["items"]}

@@ -24,10 +24,11 @@ the workers (tests/test_permission_controls.py).
 """
 from __future__ import annotations
 
-import contextlib
+import base64
 import dataclasses
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import pytest
@@ -106,12 +107,24 @@ class GuestRun:
     teams: tuple[str, ...]           # the team namespaces the run was given
 
 
-def _audit_events(cluster, t0: float, t1: float) -> list[dict]:
-    """The ServiceAccount's requests the apiserver logged between t0 and t1 (epoch seconds), one each."""
-    out, seen = [], set()
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"   # the API server's, for a token with a jti
+
+
+def _jti(token: str) -> str:
+    """The token's own id (its ``jti`` claim): the API server files each request of the token under it."""
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["jti"]
+
+
+def _audit_events(cluster, token: str, t0: float, t1: float) -> list[dict]:
+    """The requests the apiserver logged of the ServiceAccount with ``token`` between t0 and t1 (epoch
+    seconds), one each: the two guest runs are the same ServiceAccount, told apart by their tokens' ids."""
+    out, seen, cid = [], set(), [f"JTI={_jti(token)}"]
     for line in cluster.kwok.audit_log.read_text().splitlines():
         ev = json.loads(line)
-        if ev.get("user", {}).get("username") != SA_USER or ev["auditID"] in seen:
+        user = ev.get("user", {})
+        if user.get("username") != SA_USER or user.get("extra", {}).get(CREDENTIAL_ID) != cid \
+                or ev["auditID"] in seen:
             continue
         at = epoch(ev["requestReceivedTimestamp"])
         if t0 - 1 <= at <= t1 + 1:
@@ -132,42 +145,50 @@ def _audited_call(ev: dict) -> Call:
 
 @pytest.fixture(scope="module")
 def guest_runs(cluster, profile, tmp_path_factory, kueue_started) -> dict[str, GuestRun]:
-    """Every suite as the ServiceAccount, read-only then destructive, on a cluster set up by an 'SRE'."""
-    api, out = cluster.api, {}
-    with guest.team_namespaces(api, profile, "sre-perm") as teams:
-        for mode in ("read-only", "destructive"):
+    """Every suite as the ServiceAccount, read-only and destructive side by side, on a cluster set up by an 'SRE'.
+
+    Side by side, as two users' runs share a real cluster: each mostly waits (its windows, its watches), and
+    one after the other they took 204 s (2026-12-07). Each has a token of its own, which tells its requests
+    apart in the audit log. The destructive role is bound for both: the read-only run's calls are held to
+    the read-only manifest all the same (test_every_call_of_a_guest_run_is_allowed_by_the_manifest)."""
+    api = cluster.api
+    with guest.team_namespaces(api, profile, "sre-perm") as teams, \
+            guest.applied(api, access.manifest_docs(True)[len(access.manifest_docs(False)):]), \
+            guest.churned_service(api, profile, "sre-perm", pool="shared", share=0.5) as churned:
+        # What an SRE sets for a cluster: its team namespaces and gang scheduler; read-only, an existing Service
+        # someone else churns (on half the shared pool: the destructive run's taint checks borrow a node of it
+        # that runs no one else's pod, and skipped without one -- which the rule check below then named);
+        # destructive, a pool the guest's own pods may use, and native gangs too.
+        settings = {"read-only": ["watch_window_s=15", f"watch_service={churned[0]}", *GUEST_BOUNDS],
+                    "destructive": ["watch_pool=shared", "watch_sizes=100,400", "gang_scale_size=20",
+                                    "gang_native=true", *GUEST_WINDOWS, *GUEST_BOUNDS]}
+
+        def guest_run(mode: str) -> tuple:
             work = tmp_path_factory.mktemp(f"guest-{mode}")
             kubeconfig, token = guest.kubeconfig_for(api, work)
-            # What an SRE sets for a cluster: its team namespaces and gang scheduler; read-only, an existing
-            # Service someone else churns (on the shared pool); destructive, a pool the guest's own pods may
-            # use, and native gangs too.
-            settings = {"read-only": ["watch_window_s=15", *GUEST_BOUNDS],
-                        "destructive": ["watch_pool=shared", "watch_sizes=100,400", "gang_scale_size=20",
-                                        "gang_native=true", *GUEST_WINDOWS, *GUEST_BOUNDS]}[mode]
-            extra = access.manifest_docs(True)[len(access.manifest_docs(False)):] if mode == "destructive" else []
-            existing = (guest.churned_service(api, profile, "sre-perm", pool="shared") if mode == "read-only"
-                        else contextlib.nullcontext(None))
-            with guest.applied(api, extra), existing as churned:
-                if churned:
-                    settings.append(f"watch_service={churned[0]}")
-                t0 = time.time()
-                run = run_pytest(["suites", "-k", NEEDS_CONTAINERS, "--cp-kubeconfig", str(kubeconfig),
-                                  "--cp-as-real-cluster", "--cp-profile", profile.name,
-                                  f"--cp-set={guest.team_setting(teams)}",
-                                  f"--cp-set=gang_scheduler_name={OWN_SCHEDULER}",
-                                  *[f"--cp-set={s}" for s in settings], f"--cp-api-calls={work / 'calls.json'}",
-                                  *(["--cp-allow-destructive"] if mode == "destructive" else [])],
-                                 work, timeout=1500)
-                t1 = time.time()
-            assert token not in run.output
-            calls = load_dump(json.loads((work / "calls.json").read_text())["calls"]) \
-                if (work / "calls.json").exists() else {}
-            out[mode] = GuestRun(mode, run, calls, _audit_events(cluster, t0, t1),
-                                 Manifest.shipped(mode == "destructive", tuple(teams.values()),
-                                                  access.pool_namespaces(api)), tuple(teams.values()))
+            t0 = time.time()
+            run = run_pytest(["suites", "-k", NEEDS_CONTAINERS, "--cp-kubeconfig", str(kubeconfig),
+                              "--cp-as-real-cluster", "--cp-profile", profile.name,
+                              f"--cp-set={guest.team_setting(teams)}", f"--cp-set=gang_scheduler_name={OWN_SCHEDULER}",
+                              *[f"--cp-set={s}" for s in settings[mode]], f"--cp-api-calls={work / 'calls.json'}",
+                              *(["--cp-allow-destructive"] if mode == "destructive" else [])],
+                             work, timeout=1500)
+            return work, token, run, t0, time.time()
+
+        with ThreadPoolExecutor(2) as pool:
+            done = dict(zip(MODE_NAMES, pool.map(guest_run, MODE_NAMES)))
+    out = {}
+    for mode, (work, token, run, t0, t1) in done.items():
+        assert token not in run.output
+        calls = load_dump(json.loads((work / "calls.json").read_text())["calls"]) \
+            if (work / "calls.json").exists() else {}
+        out[mode] = GuestRun(mode, run, calls, _audit_events(cluster, token, t0, t1),
+                             Manifest.shipped(mode == "destructive", tuple(teams.values()),
+                                              access.pool_namespaces(api)), tuple(teams.values()))
     return out
 
 
+MODE_NAMES = ("read-only", "destructive")
 MODES = [pytest.param("read-only", id="read-only"), pytest.param("destructive", id="destructive")]
 
 
