@@ -56,7 +56,10 @@ def _preload() -> None:
     import matplotlib
     matplotlib.use("Agg")   # as clusterproof.report.plots does before it imports pyplot
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:     # not installed here: the runs import it themselves, if they need it
+            pass
 
 
 def _child(req: dict) -> None:

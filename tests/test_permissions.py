@@ -5,20 +5,21 @@ The self-tests' cluster is set up the way an SRE sets up a real one
 cluster's own with the harness's team bindings, the cluster's own team
 admission. Then every suite runs as the ``clusterproof`` ServiceAccount,
 with ``--cp-as-real-cluster`` (so every suite takes its real-hardware path),
-once read-only and once with ``--cp-allow-destructive``. Each run must:
+read-only and with ``--cp-allow-destructive``, side by side. Each run must:
 
 - pass, with no request refused by RBAC (403s that admission policies give
   on purpose -- the taint suite provokes them -- are told apart);
 - make no call the manifest does not allow, and leave no rule of the
   manifest unused by one run or the other;
 - agree with the API server's own record of it (the audit log keeps every
-  request of that ServiceAccount): the harness's request record misses
-  nothing, and nothing it did reached the server unrecorded.
+  request of that ServiceAccount, each filed under its token's id): the
+  harness's request record misses nothing, and nothing it did reached the
+  server unrecorded.
 
 Negative controls: the roles shipped before issue 20 are named rule by
 rule; a manifest missing a rule the code needs names the call. This module
-runs alone after the self-tests (the guest runs' time-bound checks judge
-whatever else the machine runs: ./proof); what the identity cannot do and
+runs after the self-tests, beside only the host-state self-test (the guest
+runs' time-bound checks judge whatever else the machine runs: ./proof); what the identity cannot do and
 the permission preflight's one-line refusals need no guest run and run on
 the workers (tests/test_permission_controls.py).
 """
