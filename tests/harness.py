@@ -62,15 +62,15 @@ def run_pytest(args: list[str], tmp_path: Path, timeout: float = 900, env: dict 
     """Run pytest in a child process; ``env`` overrides variables for the child only (never this
     process's os.environ: the session's embedded cluster and its supervisor live here)."""
     junit = tmp_path / "junit.xml"
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", f"--junitxml={junit}",
-           f"--alluredir={tmp_path / 'allure'}", f"--cp-summary={tmp_path / 'summary.json'}", "-q",
-           f"--cp-output-dir={tmp_path / 'out'}",
-           *child_args(args)]
+    argv = ["-p", "no:randomly", f"--junitxml={junit}", f"--alluredir={tmp_path / 'allure'}",
+            f"--cp-summary={tmp_path / 'summary.json'}", "-q", f"--cp-output-dir={tmp_path / 'out'}",
+            *child_args(args)]
     child_env = {**os.environ, **(env or {})}
     if forkserver.wanted(child_env):     # the same run, forked from a process that has its imports done
-        proc = forkserver.run(cmd[3:], ROOT, child_env, timeout)
+        proc = forkserver.run(argv, ROOT, child_env, timeout)
     else:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env)
+        proc = subprocess.run([sys.executable, "-m", "pytest", *argv], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env=child_env)
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, *junit_verdicts(junit))
 
 

@@ -41,10 +41,15 @@ def test_is_killed():
 """
 
 
-def _both(tmp_path, *args, **env):
+def _probe(tmp_path, *args) -> list[str]:
+    """The arguments of a run of CHECKS, written into ``tmp_path``, outside the checkout."""
     (tmp_path / "test_probe.py").write_text(CHECKS)
-    argv = ["-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_probe.py"),
+    return ["-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_probe.py"),
             *args]
+
+
+def _both(tmp_path, *args, **env):
+    argv = _probe(tmp_path, *args)
     child_env = {**os.environ, "CP_FORK_PROBE": "probe-value", **env}
     spawned = subprocess.run([sys.executable, "-m", "pytest", *argv], cwd=tmp_path, env=child_env,
                              capture_output=True, text=True, timeout=120)
@@ -83,12 +88,10 @@ def _holding(token: str) -> list[str]:
 
 
 def test_a_forked_run_past_its_timeout_is_killed_and_raises_as_subprocess_does(tmp_path):
-    (tmp_path / "test_probe.py").write_text(CHECKS)
     token = f"sleep-{os.urandom(4).hex()}"
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        forkserver.run(["-q", "-p", "no:randomly", "-p", "no:cacheprovider", str(tmp_path / "test_probe.py"),
-                        "-k", "sleeps"], tmp_path, {**os.environ, "CP_FORK_SLEEP": token}, 3)
+        forkserver.run(_probe(tmp_path, "-k", "sleeps"), tmp_path, {**os.environ, "CP_FORK_SLEEP": token}, 3)
     assert time.monotonic() - t0 < 60
     assert not _holding(token), "the timed-out run is still there"
 
@@ -107,7 +110,7 @@ def rewritten_by_pytest(names) -> list[str]:
             parts = f.parts
             if parts and not parts[0].endswith((".dist-info", ".pth")) and parts[0] != "..":
                 plugin_tops.add(parts[0].removesuffix(".py"))
-    ours = {"clusterproof", "suites", "fixtures", "load", "tests", "conftest", "__editable__"}
+    ours = {"clusterproof", "suites", "fixtures", "load", "tests", "conftest"}
     return [n for n in names if n.split(".")[0] in plugin_tops | ours or n.startswith("__editable__")]
 
 
