@@ -24,6 +24,7 @@ counts a run's CPU among the worker's reaped children, which a forked run is not
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -208,15 +209,22 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subp
         pid = server.start({"argv": [str(a) for a in argv], "cwd": str(cwd), "env": env, **files})
         status = Path(files["status"])
         deadline, pause, killed = time.monotonic() + timeout, 0.02, False
-        while not status.exists():
-            if not killed and time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)    # no status yet: the pid is still the run's (module doc)
-                killed = True
-            if not server.alive() and not status.exists() and not Path(f"/proc/{pid}").exists():
-                raise RuntimeError(f"the fork server ended before run {pid} did: its exit code is lost "
-                                   f"({server.dir / 'server.log'})")
-            time.sleep(pause)
-            pause = min(pause * 1.5, 0.2)
+        try:
+            while not status.exists():
+                if not killed and time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)    # no status yet: the pid is still the run's (module doc)
+                    killed = True
+                if not server.alive() and not status.exists() and not Path(f"/proc/{pid}").exists():
+                    raise RuntimeError(f"the fork server ended before run {pid} did: its exit code is lost "
+                                       f"({server.dir / 'server.log'})")
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.2)
+        except BaseException:
+            # as subprocess.run does: an interrupt (or any error) of this wait kills the run, never leaves it
+            if not status.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise
         code = int(status.read_text())
         out, err = (Path(files[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
         cmd = [sys.executable, "-m", "pytest", *argv]

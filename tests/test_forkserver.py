@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -32,6 +33,8 @@ def test_fails_with_introspection():
 
 def test_sleeps():
     if os.environ.get("CP_FORK_SLEEP"):
+        with open(os.environ["CP_FORK_SLEEP"], "w") as f:
+            f.write(str(os.getpid()))
         time.sleep(600)
 
 
@@ -74,26 +77,41 @@ def test_a_forked_run_is_the_run_a_new_interpreter_gives(tmp_path):
     assert "cannot be rewritten" not in spawned.stdout, spawned.stdout[-3000:]
 
 
-def _holding(token: str) -> list[str]:
-    """The live processes whose environment holds ``token``."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if token.encode() in f.read():
-                    out.append(pid)
-        except OSError:
-            pass
-    return out
+def _alive(pid_file) -> bool:
+    """Whether the sleeping probe whose pid is in ``pid_file`` still runs (a forked run's /proc environ is the
+    server's, so the run is found by the pid it wrote)."""
+    pid = pid_file.read_text()
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_forked_run_past_its_timeout_is_killed_and_raises_as_subprocess_does(tmp_path):
-    token = f"sleep-{os.urandom(4).hex()}"
+    pid_file = tmp_path / "sleeper.pid"
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        forkserver.run(_probe(tmp_path, "-k", "sleeps"), tmp_path, {**os.environ, "CP_FORK_SLEEP": token}, 3)
+        forkserver.run(_probe(tmp_path, "-k", "sleeps"), tmp_path, {**os.environ, "CP_FORK_SLEEP": str(pid_file)}, 10)
     assert time.monotonic() - t0 < 60
-    assert not _holding(token), "the timed-out run is still there"
+    assert pid_file.exists(), "the probe never started sleeping: the timeout proved nothing"
+    time.sleep(0.5)
+    assert not _alive(pid_file), "the timed-out run is still there"
+
+
+def test_an_interrupted_wait_kills_the_forked_run_as_subprocess_run_does(tmp_path):
+    """Ctrl-C (or any error) in the test that waits for its run: the run is killed, not left working against a
+    cluster the session then tears down (found by interrupting a control module)."""
+    pid_file = tmp_path / "sleeper.pid"
+
+    def interrupt_once_asleep():
+        while not pid_file.exists():
+            time.sleep(0.1)
+        signal.raise_signal(signal.SIGINT)      # KeyboardInterrupt in the main thread, which waits in run()
+    threading.Thread(target=interrupt_once_asleep, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        forkserver.run(_probe(tmp_path, "-k", "sleeps"), tmp_path, {**os.environ, "CP_FORK_SLEEP": str(pid_file)}, 120)
+    time.sleep(0.5)
+    assert not _alive(pid_file), "the interrupted run is still there"
 
 
 def test_a_run_a_signal_ends_has_minus_the_signal_as_its_code(tmp_path):
