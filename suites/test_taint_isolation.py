@@ -16,7 +16,10 @@ steered with node selectors and the outcome is read from the API):
 3. a pod that tolerates another team's taint by itself is refused or
    corrected, as ``team_foreign_toleration`` declares;
 4. low-priority pods borrow idle nodes of every team and are preempted when
-   the team needs them;
+   the team needs them (a team pod whose preemption finished but which
+   kube-scheduler parked until its 5-min flush is the known upstream defect
+   kubernetes/kubernetes#141694: an xfail with the measured delay, once the
+   flush bound it; clusterproof/kube/preemption.py);
 5. a NoExecute team taint evicts running pods that do not tolerate it
    (TaintManagerEviction); NoSchedule leaves them running;
 6. nodes with the preflight taint get no work, and a new node gets work only
@@ -31,8 +34,9 @@ needing what the cluster lacks (team namespaces a guest may use, an admission
 step acting on team pods, the low-priority class) is skipped saying which.
 Every test attaches a placement table (pods per team per node pool).
 Negative control: tests/test_taint_isolation_controls.py strips one team
-node's taint and installs a wildcard-injecting policy; the suite must fail
-naming the node and the pod.
+node's taint, installs a wildcard-injecting policy, and gives the borrowers
+a class as high as the teams'; the suite must fail naming the node, the pod
+and the borrowers still running.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ from clusterproof.core.run import RUN_LABEL
 from clusterproof.core.waiting import wait_for
 from clusterproof.fixtures import PROFILE
 from clusterproof.kube import placement as pl
+from clusterproof.kube import preemption
 from clusterproof.kube.apicalls import refused_by_own_policy, refused_by_rbac
 from clusterproof.kube.client import api_message, list_raw, raw_request
 from clusterproof.kube.node_taints import CHECK_TAINTS
@@ -353,30 +358,67 @@ def test_low_priority_pods_borrow_idle_team_nodes_and_are_preempted(cluster, iso
         wanted[team_ns[team]] = create_pods(api, team_ns[team], [
             check_pod(f"{team}-reclaim-{i}", run_id, "reclaim", gpus=profile.node_gpus, hostnames=chosen[team])
             for i in range(k)])
-    for ns, pods in wanted.items():
+    for ns, pods in wanted.items():    # all created at once: one bound for all, not one per team
         try:
-            pl.wait_settled(api, ns, pods, profile.taint_timeout_s, f"team pods in {ns} bound on their nodes",
-                            bound=set(pods))
+            pl.wait_settled(api, ns, pods, max(1.0, profile.taint_timeout_s - took()),
+                            f"team pods in {ns} bound on their nodes", bound=set(pods))
         except AssertionError as e:
-            left = check_pods(api, namespace, "borrow")
-            still = [f"{n} on {p['spec'].get('nodeName')}" for n, p in left.items() if not terminating(p)]
-            run.problems.append(f"{str(e).splitlines()[0]}; low-priority pods not preempted: "
-                                f"{', '.join(still) or 'none'}")
+            if not _retried_at_flush(api, namespace, ns, pods, run):   # borrowers still running are named below
+                unsettled = str(e).splitlines()[0].partition("; unsettled: ")[2]
+                run.problems.append(f"team pods in {ns} not bound on their nodes {profile.taint_timeout_s:g} s after "
+                                    f"the teams asked for them back: {unsettled}")
     run.reclaim_s = took()
     figures.add("team pods created -> bound on their reclaimed nodes (preemption, all teams)", run.reclaim_s, "s")
     _placement(cluster, isolation, list(team_ns.values()), _team_of(team_ns), "teams reclaiming their nodes")
     left = check_pods(api, namespace, "borrow")
-    for name, pod in left.items():
-        if not terminating(pod) and pod["spec"].get("nodeName") in holders:
-            run.problems.append(f"low-priority pod {namespace}/{name} still runs on {pod['spec']['nodeName']} "
-                                "after its team reclaimed the node")
+    kept = {name for name, pod in left.items() if not terminating(pod) and pod["spec"].get("nodeName") in holders}
+    for name in sorted(kept):
+        run.problems.append(f"low-priority pod {namespace}/{name} still runs on {left[name]['spec']['nodeName']} "
+                            "after its team asked for the node back")
+    gone = set(lows) - kept     # a pod still running is a problem already: no event to wait for
     try:
-        wait_for(lambda: pod_events(api, namespace, PREEMPTED_REASON, admitted), until=lambda ev: set(lows) <= set(ev),
-                 timeout=30, interval=1, what="a Preempted event for every low-priority pod")
+        wait_for(lambda: pod_events(api, namespace, PREEMPTED_REASON, admitted), until=lambda ev: gone <= set(ev),
+                 timeout=30, interval=1, what="a Preempted event for every low-priority pod gone")
     except AssertionError as e:
         run.problems.append(str(e))
     figures.add("borrowing/preemption problems", run.problem_count, "", 0)
     assert not run.problems, f"{run.problem_count} borrowing/preemption problem(s): " + _names(run.problems)
+    if run.parked:
+        pytest.xfail(f"known upstream defect {preemption.UPSTREAM}: " + "; ".join(run.parked))
+
+
+def _retried_at_flush(api, victims_ns: str, ns: str, pods: dict[str, dict], run: Borrowing) -> bool:
+    """True if every team pod of ``ns`` still unbound had finished its preemption and kube-scheduler parked it
+    (``preemption.parked``: the known upstream defect), and each was then bound within the scheduler's own
+    flush bound; its delay is kept in ``run.parked``. Parked but not bound by then is a problem of its own.
+    False (nothing recorded) when any unbound pod is not in that case: the caller reports the timeout."""
+    now = check_pods(api, ns, "reclaim")
+    waiting = {n: pods[n]["metadata"]["uid"] for n in pods if not now.get(n, {}).get("spec", {}).get("nodeName")}
+    stuck = preemption.parked(waiting, preemption.read_preempted(api, victims_ns), pl.busy_nodes(api))
+    if not waiting or set(stuck) != set(waiting):
+        return False
+    allure.attach("\n".join(f"{p.pod}: preempted on node {p.node} at {p.preempted_at:%H:%M:%S}, victim gone, "
+                            "not retried" for p in stuck.values()),
+                  f"team pods parked by kube-scheduler after their preemption ({preemption.UPSTREAM})",
+                  allure.attachment_type.TEXT)
+    limit = preemption.flush_deadline_s(stuck)
+    try:
+        wait_for(lambda: check_pods(api, ns, "reclaim"), timeout=limit, interval=2,
+                 until=lambda got: all(got.get(n, {}).get("spec", {}).get("nodeName") for n in stuck),
+                 what=f"parked team pods in {ns} retried by kube-scheduler's unschedulable-pool flush")
+    except AssertionError:
+        run.problems.append(f"team pod(s) {', '.join(f'{ns}/{n}' for n in sorted(stuck))} not bound "
+                            f"{preemption.FLUSH_S + preemption.SLACK_S} s after their preemption finished (victims "
+                            "gone, nodes free): kube-scheduler retries a parked pod within "
+                            f"{preemption.FLUSH_S} s (its unschedulable pool's flush), so it never retried them")
+        return True
+    got = check_pods(api, ns, "reclaim")
+    for name, p in sorted(stuck.items()):
+        at = preemption.bound_at(got[name])
+        late = f"{(at - p.preempted_at).total_seconds():.0f} s" if at else "(no PodScheduled time)"
+        run.parked.append(f"{ns}/{name} preempted on {p.node} at {p.preempted_at:%H:%M:%S}, parked with its victim "
+                          f"gone, bound {late} later by the scheduler's unschedulable-pool flush")
+    return True
 
 
 def _own_taint_key(cluster, key: str, name: str) -> str:

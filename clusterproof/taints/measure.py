@@ -199,6 +199,9 @@ class Borrowing(Judged):
     every borrowing or preemption problem."""
     borrow_s: float | None = measured("s", default=None)    # low-priority pods created -> bound on idle nodes
     reclaim_s: float | None = measured("s", default=None)   # team pods created -> bound on reclaimed nodes
+    # team pods kube-scheduler parked after their preemption and bound only at its flush (a known upstream
+    # defect, clusterproof.kube.preemption): one line each, with the delay
+    parked: list[str] = field(default_factory=list)
 
 
 # --- 5. NoExecute eviction -----------------------------------------------------------------------------
