@@ -71,6 +71,26 @@ def test_the_service_account_cannot_do_what_a_reviewer_forbids(cluster, tmp_path
 
 
 @pytest.mark.cluster
+def test_only_a_wildcard_identity_skips_the_review_of_each_rule(cluster, tmp_path):
+    """The permission check's shortcut (``access.SUPERUSER``: two reviews instead of one per rule) holds for the
+    cluster's admin, and never for the ServiceAccount with both shipped manifests -- its gaps are still found
+    rule by rule: with one rule unbound, ``missing`` names it."""
+    assert all(access.allowed(cluster.api, spec) for spec in access.SUPERUSER)
+    assert access.missing(cluster.api, Manifest.shipped(True, (), access.pool_namespaces(cluster.api))) == []
+    extra = access.manifest_docs(True)[len(access.manifest_docs(False)):]
+    with guest.applied(cluster.api, extra):
+        kubeconfig, _ = guest.kubeconfig_for(cluster.api, tmp_path)
+        sa = load_client(kubeconfig)
+        assert not any(access.allowed(sa, spec) for spec in access.SUPERUSER)
+        pool = access.pool_namespaces(cluster.api)
+        assert access.missing(sa, Manifest.shipped(True, (), pool)) == []
+        # a manifest granting more than the ServiceAccount holds: the extra rule is named, not skipped
+        more = Manifest.shipped(True, ("kube-system",), pool)
+        gaps = access.missing(sa, more)
+        assert gaps and any("in namespace kube-system" in g for g in gaps), gaps
+
+
+@pytest.mark.cluster
 def test_a_service_account_bound_to_the_old_roles_is_caught(cluster, run_id, tmp_path):
     """Negative control of the probe above, live: the same questions asked as a ServiceAccount bound to
     the roles shipped before issue 20 come back allowed, and are named."""
