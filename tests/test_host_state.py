@@ -307,11 +307,17 @@ class RunProcesses:
     def current(self) -> dict[tuple[int, float], str]:
         procs = {}
         children: dict[int, list[int]] = {}
-        for p in psutil.process_iter(["ppid", "cmdline", "create_time", "name", "status"]):
-            if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
+        # Not process_iter(attrs): it sets .info on Process objects psutil shares between threads, and another
+        # thread's process_iter(["cmdline"]) overwrote it under this sampler (KeyError 'ppid' in a gate run).
+        for p in psutil.process_iter():
+            try:
+                info = p.as_dict(["ppid", "cmdline", "create_time", "name", "status"])
+            except psutil.NoSuchProcess:
                 continue
-            procs[p.pid] = p.info
-            children.setdefault(p.info["ppid"], []).append(p.pid)
+            if info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
+                continue
+            procs[p.pid] = info
+            children.setdefault(info["ppid"], []).append(p.pid)
         mine, todo = set(), [self.root]
         while todo:
             pid = todo.pop()

@@ -255,6 +255,34 @@ def test_a_hung_renewal_counts_as_failing_but_a_fresh_one_does_not(by_hand):
     assert by_hand.lease.lost and "last error: no answer" in by_hand.lease.lost, by_hand.lease.lost
 
 
+@pytest.mark.unit
+def test_a_request_frozen_with_its_process_is_not_called_hung(by_hand):
+    """SIGSTOP while a renewal is under way: on resume the watchdog wakes long after it asked, so the process
+    was held, not the request -- the renewal gets a request's bound from the resume to give its verdict (found
+    expired, on the server's clock). A request that still does not answer by then is hung (found in a gate run
+    under load: the watchdog's "no answer" beat the renewal's verdict)."""
+    _advance(by_hand, 1801)
+    lease = by_hand.lease
+    lease._in_flight = by_hand.clock.t
+    due = by_hand.clock.t + 0.5
+    by_hand.clock.t += 30                     # stopped for 30 s with the request under way
+    lease._woke(due)
+    lease._past_deadline()
+    assert lease.lost is None
+    by_hand.clock.t += lease.request_timeout + 1
+    lease._past_deadline()
+    assert lease.lost and "last error: no answer" in lease.lost, lease.lost
+
+
+@pytest.mark.unit
+def test_a_watchdog_woken_on_time_changes_nothing(by_hand):
+    lease = by_hand.lease
+    due = by_hand.clock.t
+    by_hand.clock.t += lease.request_timeout / 2    # late, within a request's bound: a loaded machine
+    lease._woke(due)
+    assert lease._resumed_at == float("-inf")
+
+
 @pytest.mark.cluster
 def test_failures_end_a_renewing_lease_at_half_its_duration_from_its_own_threads():
     """Real threads, a 2 s Lease: the API goes away after a renewal; the loss comes past half the

@@ -124,6 +124,9 @@ class RunLease:
         self._ok_at = clock()
         self._failing_since: float | None = None
         self._in_flight: float | None = None
+        # When the watchdog last woke far later than it asked: this process was stopped or starved, so a
+        # request under way then gets its bound again from that moment (it did not hang: it was frozen).
+        self._resumed_at = float("-inf")
 
     @property
     def path(self) -> str:
@@ -285,7 +288,7 @@ class RunLease:
         now = self._clock()
         # A request under way counts as failing once it has taken longer than a request may: one
         # that started a moment ago (a process just resumed from SIGSTOP) is left to give its verdict.
-        hung = self._in_flight is not None and now - self._in_flight > self.request_timeout
+        hung = self._in_flight is not None and now - max(self._in_flight, self._resumed_at) > self.request_timeout
         failing = self._failing_since is not None or hung
         elapsed = now - self._ok_at
         if not failing or elapsed <= self.duration_s / 2:
@@ -313,10 +316,21 @@ class RunLease:
         """
         poll = min(0.5, self.duration_s / 8)
         while True:
-            wait = self._ok_at + self.duration_s / 2 - self._clock()
-            if self._stop.wait(max(poll, wait)) or self.lost:
+            wait = max(poll, self._ok_at + self.duration_s / 2 - self._clock())
+            due = self._clock() + wait
+            if self._stop.wait(wait) or self.lost:
                 return
+            self._woke(due)
             self._past_deadline()
+
+    def _woke(self, due: float) -> None:
+        """The watchdog woke at ``due`` or later. Later by more than a request's bound: the process, not a request,
+        was held (SIGSTOP, starved) -- a request under way across that gets its bound again from now, so the
+        renewal it belongs to gives its verdict (found expired, as the server's clock says) instead of the
+        watchdog calling it hung."""
+        now = self._clock()
+        if now - due > self.request_timeout:
+            self._resumed_at = now
 
     def check(self) -> str | None:
         """Before a check: read the Lease and judge it on the server's clock; the loss line or None.
