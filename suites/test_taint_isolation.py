@@ -403,16 +403,15 @@ def _retried_at_flush(api, victims_ns: str, ns: str, pods: dict[str, dict], run:
                   allure.attachment_type.TEXT)
     limit = preemption.flush_deadline_s(stuck)
     try:
-        wait_for(lambda: check_pods(api, ns, "reclaim"), timeout=limit, interval=2,
-                 until=lambda got: all(got.get(n, {}).get("spec", {}).get("nodeName") for n in stuck),
-                 what=f"parked team pods in {ns} retried by kube-scheduler's unschedulable-pool flush")
+        got = wait_for(lambda: check_pods(api, ns, "reclaim"), timeout=limit, interval=2,
+                       until=lambda pods_now: all(pods_now.get(n, {}).get("spec", {}).get("nodeName") for n in stuck),
+                       what=f"parked team pods in {ns} retried by kube-scheduler's unschedulable-pool flush")
     except AssertionError:
         run.problems.append(f"team pod(s) {', '.join(f'{ns}/{n}' for n in sorted(stuck))} not bound "
                             f"{preemption.FLUSH_S + preemption.SLACK_S} s after their preemption finished (victims "
                             "gone, nodes free): kube-scheduler retries a parked pod within "
                             f"{preemption.FLUSH_S} s (its unschedulable pool's flush), so it never retried them")
         return True
-    got = check_pods(api, ns, "reclaim")
     for name, p in sorted(stuck.items()):
         at = preemption.bound_at(got[name])
         late = f"{(at - p.preempted_at).total_seconds():.0f} s" if at else "(no PodScheduled time)"

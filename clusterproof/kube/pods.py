@@ -196,7 +196,9 @@ def _said(reason: str, message: str) -> str:
     return _cut(f"{reason}: {message}" if reason and message else reason or message)
 
 
-def _event_time(e: dict) -> str:
+def event_time(e: dict) -> str:
+    """When an event (core/v1 view) was last seen, as written: ``lastTimestamp``, its series' last observation,
+    or the new API's ``eventTime`` ("" when none)."""
     return (e.get("lastTimestamp") or (e.get("series") or {}).get("lastObservedTime") or e.get("eventTime")
             or e["metadata"].get("creationTimestamp") or "")
 
@@ -228,7 +230,7 @@ def pod_story(name: str, pod: dict | None, events: list[dict] = ()) -> str:
                              + (f" ({_said(c.get('reason', ''), c.get('message', ''))})"
                                 if c.get("reason") or c.get("message") else ""))
     seen, said = set(), []
-    for e in sorted(events, key=_event_time, reverse=True):
+    for e in sorted(events, key=event_time, reverse=True):
         key = (e.get("reason"), e.get("message"))
         if key in seen:
             continue

@@ -24,7 +24,9 @@ from datetime import datetime, timezone
 
 from kubernetes import client
 
+from clusterproof.core.timeparse import parse_time
 from clusterproof.kube.client import list_raw
+from clusterproof.kube.pods import event_time
 
 UPSTREAM = "kubernetes/kubernetes#141694"
 # Parked at its preemption, a pod is retried at most this long after it: the unschedulable pool's limit, the
@@ -44,20 +46,12 @@ class Parked:
     preempted_at: datetime
 
 
-def event_time(event: dict) -> datetime | None:
-    """When an event (core/v1 view) was last seen: ``lastTimestamp``, or the new API's ``eventTime``."""
-    raw = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get("creationTimestamp")
-    if not raw:
-        return None
-    return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-
-
 def preemptions(events: list[dict]) -> dict[str, tuple[str, datetime]]:
     """Preemptor uid -> (node, time of its latest Preempted event), from the victims' Preempted events."""
     out: dict[str, tuple[str, datetime]] = {}
     for e in events:
         m = PREEMPTED.search(e.get("message") or e.get("note") or "")
-        at = event_time(e)
+        at = parse_time(event_time(e))
         if m and at is not None and (m.group(1) not in out or at > out[m.group(1)][1]):
             out[m.group(1)] = (m.group(2), at)
     return out
@@ -81,8 +75,8 @@ def read_preempted(api: client.ApiClient, ns: str) -> list[dict]:
 def bound_at(pod: dict) -> datetime | None:
     """When the API server recorded the pod bound (its PodScheduled=True condition), or None."""
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "True" and c.get("lastTransitionTime"):
-            return datetime.fromisoformat(c["lastTransitionTime"].replace("Z", "+00:00"))
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
     return None
 
 
