@@ -52,8 +52,8 @@ report:
 # Pre-upgrade validation: PROFILE on an embedded cluster at FROM, then at TO,
 # the second compared with the first (two runs, out/runs/<id>-from/ and <id>-to/;
 # the table in <id>-to/upgrade.txt; exit 6 on a regression).
-FROM ?= v1.34.4
-TO   ?= v1.35.4
+FROM ?= v1.36.3
+TO   ?= v1.37.2
 upgrade-check: setup
 	$(PY) -m clusterproof.prometheus.history --cp-profile $(PROFILE)
 	$(PY) -m clusterproof.upgrade --from $(FROM) --to $(TO) --cp-profile $(PROFILE) -- $(ARGS)

@@ -2,7 +2,7 @@
 
 Why: before an upgrade an SRE wants to know what the new version changes in
 the behaviour and figures this harness checks -- the report attached to the
-upgrade ticket. ``make upgrade-check FROM=v1.34.4 TO=v1.35.4 PROFILE=smoke``
+upgrade ticket. ``make upgrade-check FROM=v1.36.3 TO=v1.37.2 PROFILE=smoke``
 runs the suites at FROM, then at TO with ``--cp-baseline`` set to FROM's
 summary, one after the other (never at the same time: both would share two
 cores). Each version's control plane is built once and cached.
@@ -46,8 +46,8 @@ def pytest_cmd(version: str, profile: str, run: outputs.RunOutputs, extra: list[
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m clusterproof.upgrade",
                                  description="Run PROFILE at FROM, then at TO compared with FROM.")
-    ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.34.4")
-    ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.35.4")
+    ap.add_argument("--from", dest="old", required=True, help="the version the cluster runs now, e.g. v1.36.3")
+    ap.add_argument("--to", dest="new", required=True, help="the version it is upgraded to, e.g. v1.37.2")
     ap.add_argument("--cp-profile", "--profile", dest="profile", default="smoke")   # a run's spellings, both
     ap.add_argument("extra", nargs="*", help="more pytest arguments for both runs (after --)")
     a = ap.parse_args(argv)
@@ -55,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         for v in (a.old, a.new):
             load_profile(a.profile, [f"kubernetes_version={v}"])   # a bad version or profile: one line, now
         if a.old == a.new:
-            raise HarnessError(f"FROM and TO are both {a.old}: name two versions (e.g. FROM=v1.34.4 TO=v1.35.4)")
+            raise HarnessError(f"FROM and TO are both {a.old}: name two versions (e.g. FROM=v1.36.3 TO=v1.37.2)")
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.USAGE
     try:
         for v in (a.old, a.new):   # both builds first: a version the proxy lacks ends it before any run
-            toolchain.ensure(toolchain.kubernetes(v), progress=lambda m: print(m, flush=True))
+            for c in (toolchain.kubernetes(v), toolchain.kubelet(v)):
+                toolchain.ensure(c, progress=lambda m: print(m, flush=True))
     except HarnessError as e:
         print(f"clusterproof: {e}", file=sys.stderr)
         return exitcodes.SETUP_FAILED

@@ -8,10 +8,11 @@ scheduler (test id ``[coscheduling]`` / ``[native]``):
   CRD). On the embedded cluster it runs as a second scheduler, a component
   of the cluster; on an existing cluster ``gang_scheduler_name`` names the
   one it runs.
-- native: Kubernetes 1.35's alpha gang scheduling (Workload API,
-  ``spec.workloadRef``), on profiles that ask for it (``gang_native``: the
-  ``native-gang`` profile), if discovery shows it served (otherwise skipped
-  with the reason).
+- native: Kubernetes' own gang scheduling (KEP-4671), on profiles that ask
+  for it (``gang_native``), in the API the server's discovery shows served:
+  1.35's alpha (a Workload, pods' ``spec.workloadRef``), 1.36's v1alpha2 and
+  1.37's v1beta1 (a Workload template, a PodGroup, pods'
+  ``spec.schedulingGroup``); not served: skipped with what would enable it.
 
 Checks 1-3 use a few scratch kwok nodes of their own (label and taint
 ``clusterproof.io/scratch``) so free capacity is exact (so they run only on
@@ -34,6 +35,7 @@ import pytest
 from clusterproof.cluster.node_plan import node_plan
 from clusterproof.core.waiting import wait_for
 from clusterproof.gang import gangs as g
+from clusterproof.gang.gangs import LEGACY_NATIVE_API
 from clusterproof.gang.schedulers import probe_once
 
 # --- checks ---------------------------------------------------------------------
@@ -42,14 +44,19 @@ from clusterproof.gang.schedulers import probe_once
 def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, namespace, run_id,
                                                   profile, figures):
     """A gang that fits is bound completely; a gang one pod larger than the free nodes binds no pod at all, and is
-    bound completely once a node is freed. Red: the scheduler bound part of a gang (named, with its pods) or never
-    bound it."""
+    bound completely once a node is freed. Native gangs from Kubernetes 1.36 also say so on their PodGroup: the
+    scheduler's PodGroupInitiallyScheduled is True (Scheduled) for a bound gang and False (Unschedulable) for one
+    that does not fit. Red: the scheduler bound part of a gang (named, with its pods) or never bound it, or its
+    PodGroup says otherwise."""
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
+    status = g.writes_pod_group_status(backend)
     [fits] = g.create_gangs(api, backend, namespace, run_id, {"fits": n}, dedicated, gpus)
     g.wait_gangs_settled(api, [fits], 1, profile.gang_bind_timeout_s,
                          f"gang fits ({n} pods on {n} free nodes) bound completely")
     figures.add(f"gang of {n} on {n} free nodes: last create -> bound completely",
                 time.monotonic() - fits.created_last_at, "s", profile.gang_bind_timeout_s)
+    if status:
+        g.wait_pod_group_condition(api, backend, fits, "True", "Scheduled", profile.gang_bind_timeout_s)
     g.delete_pods(api, namespace, fits.pods)
 
     # One node taken by a plain pod: the next gang is one pod larger than the free nodes.
@@ -61,6 +68,8 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
     figures.add(f"pods bound of a gang of {n} on {n - 1} free nodes", len(state.bound["one-too-many"]), "pods", 0)
     assert not bound and not state.bound["one-too-many"], g.partial_message(
         state, f"{n} pods on {n - 1} free nodes, watched for {profile.gang_observe_s:g} s")
+    if status:
+        g.wait_pod_group_condition(api, backend, big, "False", "Unschedulable", profile.gang_bind_timeout_s)
 
     g.delete_pods(api, namespace, ["blocker"])
     freed = time.monotonic()
@@ -68,14 +77,16 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
                          "gang one-too-many bound completely once a node was freed")
     figures.add("node freed -> the waiting gang bound completely", time.monotonic() - freed, "s",
                 profile.gang_bind_timeout_s)
+    if status:
+        g.wait_pod_group_condition(api, backend, big, "True", "Scheduled", profile.gang_bind_timeout_s)
 
 
 # Known limitation, measured here: native gang scheduling in Kubernetes 1.35
-# (alpha) has no early release, so a waiting gang keeps its reserved nodes
-# until its fixed 300 s timeout and plain pods cannot use them. The check
-# still runs on native and must fail (strict xfail): the report shows the
-# finding, and the day a release fixes it the xfail turns into a failure
-# that asks for this marker to go.
+# (alpha, v1alpha1) has no early release, so a waiting gang keeps its reserved
+# nodes until its fixed 300 s timeout and plain pods cannot use them. The check
+# still runs on native and must fail there (strict xfail): the report shows the
+# finding. Gone from 1.37 (v1beta1, the PodGroup scheduling cycle): the check
+# passed on v1.37.2 here (2026-12-07, smoke), so the marker is 1.35's only.
 NATIVE_HOLDS_NODES = pytest.mark.xfail(
     strict=True, raises=AssertionError,
     reason="native gang scheduling (1.35 alpha) holds a waiting gang's nodes until its 300 s timeout")
@@ -87,7 +98,7 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
     """Gangs created at once, one more than fits, settle each bound completely or not at all; the waiting gang holds no
     node (plain pods take the spare ones) and is admitted once a running gang finishes. Red: a partial gang,
     capacity held by a waiting gang, or a deadlock."""
-    if backend.name == "native":
+    if backend.api == LEGACY_NATIVE_API:
         request.applymarker(NATIVE_HOLDS_NODES)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     size = 2
@@ -150,7 +161,7 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     # do not compete with pods that waited before. Bounds: the timeout plus 60 s
     # for the scheduler to fire it; then ``gang_bind_timeout_s`` for the plain
     # pods, and ``gang_observe_s`` in which the gang must not take a node back.
-    if backend.name == "native":
+    if backend.api == LEGACY_NATIVE_API:
         request.applymarker(NATIVE_REHOLDS)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     timeout_s = backend.hold_timeout_s
@@ -213,7 +224,7 @@ def test_large_gang_is_bound_completely(cluster, backend, namespace, run_id, pro
     pods never tolerate a team's taint, and the cluster's admission may refuse such pods).
     """
     api, size, gpus = cluster.api, profile.gang_scale_size, profile.node_gpus
-    if backend.name == "native" and size > NATIVE_SCALE_LIMIT:
+    if backend.api == LEGACY_NATIVE_API and size > NATIVE_SCALE_LIMIT:
         request.applymarker(NATIVE_SCALE)
     if cluster.owned:
         exclude, where = ("preflight",), "shared and team pools"

@@ -61,8 +61,8 @@ def test_the_prepare_steps_own_options_are_not_passed_to_the_collection():
 
 @pytest.mark.unit
 def test_the_control_plane_follows_the_profiles_version():
-    p = prepare.plan(prepare.run_args(["--cp-set", "kubernetes_version=v1.34.4"]))
-    assert toolchain.kubernetes("v1.34.4") in p["components"]
+    p = prepare.plan(prepare.run_args(["--cp-set", "kubernetes_version=v1.36.3"]))
+    assert toolchain.kubernetes("v1.36.3") in p["components"] and toolchain.kubelet("v1.36.3") in p["components"]
 
 
 @pytest.mark.cluster

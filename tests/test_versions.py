@@ -1,9 +1,11 @@
-"""Self-tests of the control plane's version as a profile key (pure helpers; the builds themselves
-run in `make upgrade-check`, docs/baselines.md "Pre-upgrade validation").
+"""Self-tests of the control plane's version as a profile key and the version table
+(clusterproof/core/kubeversions.py; pure helpers; the builds themselves run in `make upgrade-check`,
+docs/versions.md).
 
-A 1.35 profile's feature gates must not stop a 1.34 apiserver from starting,
-and a version the module proxy does not serve completely must end the run
-with one line naming the missing module.
+A version the harness does not know is one line naming the known ones; each known one gets its own
+gates, APIs and Go toolchain from its row; a gate of the profile's own that a version does not know must
+not stop its apiserver from starting; a version the module proxy does not serve completely must end the
+run with one line naming the missing module.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 from clusterproof.cluster.kwok import known_feature_gates, split_feature_gates
 from clusterproof.config.profile import load_profile
+from clusterproof.core import kubeversions
 from clusterproof.core.errors import HarnessError
 from clusterproof.provision import toolchain
 
@@ -25,10 +28,10 @@ def test_gates_a_version_does_not_know_are_left_out_and_named():
 
 @pytest.mark.cluster
 def test_the_gates_a_version_knows_are_read_from_its_own_apiserver():
-    """The pinned kube-apiserver (built by make test's set-up): 1.35's alpha gates are among its own."""
+    """The pinned kube-apiserver (built by make test's set-up) knows every gate its row turns on."""
     known = known_feature_gates(toolchain.ensure(toolchain.KUBERNETES).path("kube-apiserver"))
-    assert len(known) > 100 and {"GenericWorkload", "GangScheduling",
-                                 "MutatingAdmissionPolicy"} <= known, sorted(known)[:5]
+    wanted = set(kubeversions.release(toolchain.KUBERNETES_VERSION).gates)
+    assert len(known) > 100 and wanted and wanted <= known, sorted(wanted - known)
 
 
 @pytest.mark.parametrize("output,module", [
@@ -46,14 +49,60 @@ def test_the_module_the_proxy_does_not_serve_is_named(output, module):
 
 @pytest.mark.unit
 def test_each_version_has_its_own_cache_directory_and_the_pinned_one_is_the_default():
-    assert toolchain.kubernetes() is toolchain.KUBERNETES
-    old = toolchain.kubernetes("v1.34.4")
-    assert old.directory.name == "kubernetes-v1.34.4" and old.directory != toolchain.KUBERNETES.directory
-    assert [c.name for c in toolchain.components("v1.34.4")] == [c.name for c in toolchain.COMPONENTS]
-    assert toolchain.kubernetes("v1.34.4") in toolchain.components("v1.34.4")
+    assert toolchain.kubernetes() is toolchain.KUBERNETES and toolchain.KUBERNETES_VERSION == "v1.37.2"
+    old = toolchain.kubernetes("v1.36.3")
+    assert old.directory.name == "kubernetes-v1.36.3" and old.directory != toolchain.KUBERNETES.directory
+    assert [c.name for c in toolchain.components("v1.36.3")] == [c.name for c in toolchain.COMPONENTS]
+    assert toolchain.kubernetes("v1.36.3") in toolchain.components("v1.36.3")
 
 
-@pytest.mark.parametrize("value", ["1.34.4", "v1.34", "latest"])
+@pytest.mark.parametrize("value", ["v1.34.4", "v1.39.0", "v1.30.2"])
+@pytest.mark.unit
+def test_a_version_the_harness_does_not_know_is_one_line_naming_the_known_ones(value):
+    with pytest.raises(HarnessError) as e:
+        load_profile("smoke", [f"kubernetes_version={value}"])
+    msg = str(e.value)
+    assert f"kubernetes_version {value} is not a version this harness knows" in msg and "\n" not in msg
+    assert "v1.35.4, v1.36.3, v1.37.2 (pinned), v1.38.0-beta.0 (pre-release)" in msg, msg
+    with pytest.raises(HarnessError, match="known: v1.35.4"):
+        toolchain.kubernetes(value)
+
+
+@pytest.mark.parametrize("version,gates,apis,go", [
+    ("v1.35.4", "GenericWorkload=true,GangScheduling=true,MutatingAdmissionPolicy=true",
+     "scheduling.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true", "local"),
+    ("v1.36.3", "GenericWorkload=true,GangScheduling=true", "scheduling.k8s.io/v1alpha2=true", "local"),
+    ("v1.37.2", "GenericWorkload=true", "scheduling.k8s.io/v1beta1=true", "local"),
+    ("v1.37.9", "GenericWorkload=true", "scheduling.k8s.io/v1beta1=true", "local"),
+    ("v1.38.0-beta.0", "GenericWorkload=true", "scheduling.k8s.io/v1beta1=true", "go1.27.3"),
+])
+@pytest.mark.unit
+def test_each_version_gets_its_rows_gates_apis_and_go_toolchain(version, gates, apis, go):
+    assert kubeversions.gates(version) == gates
+    assert kubeversions.runtime_config(version) == apis
+    assert toolchain.kubernetes_go(version) == go
+    assert load_profile("smoke", [f"kubernetes_version={version}"]).kubernetes_version == version
+
+
+@pytest.mark.unit
+def test_the_profiles_own_gates_and_apis_are_added_and_win_over_the_rows():
+    assert kubeversions.gates("v1.37.2", "GenericWorkload=false, Foo=true") == "GenericWorkload=false,Foo=true"
+    assert kubeversions.runtime_config("v1.36.3", "batch/v2=true") == "scheduling.k8s.io/v1alpha2=true,batch/v2=true"
+
+
+@pytest.mark.parametrize("server,needs", [
+    ("v1.35.4", "feature gates GenericWorkload,GangScheduling and --runtime-config scheduling.k8s.io/v1alpha1=true"),
+    ("v1.37.2-gke.100", "feature gate GenericWorkload and --runtime-config scheduling.k8s.io/v1beta1=true"),
+    ("v1.33.1", "e.g. Kubernetes 1.37 (this server's v1.33.1 is not in the harness's table)"),
+])
+@pytest.mark.unit
+def test_a_missing_api_is_named_with_what_would_turn_it_on_for_that_servers_version(server, needs):
+    assert needs in kubeversions.enable_hint(server, "the Workload API")
+    assert kubeversions.enable_hint("v1.37.2", "MutatingAdmissionPolicy") == (
+        "MutatingAdmissionPolicy is on by default on Kubernetes 1.37: this server has it turned off")
+
+
+@pytest.mark.parametrize("value", ["1.34.4", "v1.34", "latest", "v1.38.0-beta"])
 @pytest.mark.unit
 def test_a_malformed_version_is_one_line_naming_the_key(value):
     with pytest.raises(HarnessError, match=rf"kubernetes_version {value!r} must match"):

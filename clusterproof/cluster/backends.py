@@ -40,7 +40,7 @@ from clusterproof.cluster.kwok import (
 )
 from clusterproof.cluster.nodes import create_nodes, wait_ready
 from clusterproof.config.profile import Profile
-from clusterproof.core import measurement
+from clusterproof.core import kubeversions, measurement
 from clusterproof.core.attachment import Attach, Attachment
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import parse_team_namespaces
@@ -163,6 +163,8 @@ class Cluster:
         if self.kwok:
             env.update({"kwok": toolchain.KWOK_VERSION, "etcd": toolchain.ETCD_VERSION,
                         "kubernetes.toolchain": self.kwok.kubernetes_version,
+                        "kubernetes.feature.gates": self.kwok.feature_gates or "none",
+                        "kubernetes.runtime.config": self.kwok.runtime_config or "none",
                         "feature.gates.unknown.to.this.version": ", ".join(self.kwok.dropped_feature_gates) or "none",
                         "heartbeat.factor": f"{self.kwok.heartbeat_factor:g}",
                         "go.runtime": describe_go_env(self.kwok.go_env),
@@ -189,8 +191,9 @@ def start_embedded(profile: Profile, run_id: str, progress: Callable[[str], None
                      kubernetes_version=profile.kubernetes_version,
                      scheduler_api_qps=profile.scheduler_api_qps,
                      scheduler_api_burst=profile.scheduler_api_burst,
-                     feature_gates=profile.kube_feature_gates,
-                     runtime_config=profile.kube_runtime_config,
+                     feature_gates=kubeversions.gates(profile.kubernetes_version, profile.kube_feature_gates),
+                     runtime_config=kubeversions.runtime_config(profile.kubernetes_version,
+                                                            profile.kube_runtime_config),
                      component_identities=profile.component_identities,
                      go_env={k: dict(v) for k, v in profile.component_go_env.items()},
                      extra_args=(f"kube-controller-manager=kube-api-qps={profile.kcm_api_qps}",

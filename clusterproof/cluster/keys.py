@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, StringConstraints
 
 from clusterproof.cluster.node_plan import node_plan, node_pod_cidrs
+from clusterproof.core import kubeversions
 from clusterproof.core.keygroup import Fraction, KeyGroup, LabelValues, Pos, PosFloat, QualifiedName
 
 # The embedded cluster's Go components and the Go runtime settings a profile may give each
@@ -42,7 +43,7 @@ class ClusterKeys(KeyGroup):
     topology_rack_label: QualifiedName
     topology_block_label: QualifiedName
     # embedded control plane
-    kubernetes_version: Annotated[str, Field(pattern=r"^v1\.\d+\.\d+$")]
+    kubernetes_version: Annotated[str, Field(pattern=kubeversions.TAG.pattern)]
     heartbeat_factor: PosFloat
     node_lease_duration_s: Pos
     kcm_api_qps: Pos
@@ -91,6 +92,11 @@ class ClusterKeys(KeyGroup):
                 raise ValueError(f"component_go_env {name}: GOMEMLIMIT {limit!r} is a size (e.g. 4GiB)")
         if p.node_pod_cidr:
             node_pod_cidrs(p.node_pod_cidr, p.nodes)   # raises ValueError with the reason
+        version = p.kubernetes_version
+        if kubeversions.TAG.match(version) and kubeversions.MINORS.get(kubeversions.minor_of(version)) is None:
+            raise ValueError(f"kubernetes_version {version} is not a version this harness knows how to "
+                             f"run and judge (known: {kubeversions.known()}); add its row to "
+                             "clusterproof/core/kubeversions.py (docs/versions.md)")
 
 
 KEYS = ClusterKeys

@@ -242,15 +242,21 @@ def create(directory, subnet, veth: str, bridge: str, seed: str) -> None:
         f"neigh replace {addr} lladdr {node_mac} dev {veth} nud permanent"]) + "\n")
 
 
-def wrapper(path, directory, workdir, binary: str, node: str) -> None:
+def wrapper(path, directory, workdir, binary: str, node: str, after_socket: str | None = None) -> None:
     """An executable at ``path`` that runs ``binary`` (with its arguments) inside the node's namespaces: what
-    kwokctl starts for the node's containerd and kubelet (it names the pid file after ``path``)."""
+    kwokctl starts for the node's containerd and kubelet (it names the pid file after ``path``).
+
+    ``after_socket``: first wait (60 s at most) until that unix socket exists -- the kubelet's containerd's.
+    kwokctl starts the components one after the other without waiting for any, and a kubelet of 1.37 checks
+    the CRI once at start and exits when nothing answers ("validate service connection"), where 1.35's waited."""
     import shlex
     from pathlib import Path
     ns = Path(directory) / NS
     cmd = [_tool("nsenter"), f"--mount={ns / 'mnt'}", f"--net={ns / 'net'}", f"--wd={workdir}", "--", binary]
+    wait = (f"i=0\nwhile [ ! -S {shlex.quote(after_socket)} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+            if after_socket else "")
     Path(path).write_text(f"#!/bin/sh\n# {Path(path).name}: in real node {node}'s own mount and network namespaces "
-                          f"(clusterproof.cluster.nodehost)\nexec {shlex.join(cmd)} \"$@\"\n")
+                          f"(clusterproof.cluster.nodehost)\n{wait}exec {shlex.join(cmd)} \"$@\"\n")
     Path(path).chmod(0o755)
 
 

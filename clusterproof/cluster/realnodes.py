@@ -225,7 +225,8 @@ def components(cluster_dir: Path, server: str, nodes: list[RealNode], sandbox_im
         for name, binary in ((containerd_component(node.name), hostpkgs.binary("containerd")),
                              (kubelet_component(node.name), kubelet.path("kubelet"))):
             _fresh(bindir / name).symlink_to(binary)
-            nodehost.wrapper(_fresh(wrappers / name), d, cluster_dir, str(bindir / name), node.name)
+            nodehost.wrapper(_fresh(wrappers / name), d, cluster_dir, str(bindir / name), node.name,
+                             after_socket=str(node.socket) if name == kubelet_component(node.name) else None)
         relay = _fresh(bindir / relay_component(node.name))
         relay.symlink_to("/usr/bin/python3")     # standard library only, as the node's GPU runtime
         out.append({"name": containerd_component(node.name), "binary": str(wrappers / containerd_component(node.name)),

@@ -5,8 +5,10 @@ gang schedulers and must not know how either declares a gang:
 
 - ``coscheduling``: a PodGroup (``scheduling.x-k8s.io/v1alpha1``) and pods
   labelled ``scheduling.x-k8s.io/pod-group``;
-- ``native``: KEP-4671 gang scheduling of the pinned Kubernetes (alpha in
-  1.35: a ``scheduling.k8s.io/v1alpha1`` Workload, pods' ``spec.workloadRef``).
+- ``native``: KEP-4671 gang scheduling, in the API version the server serves (``NATIVE_APIS``, read
+  from discovery): on 1.35 a ``v1alpha1`` Workload holding its pod groups and pods' ``spec.workloadRef``;
+  from 1.36 (``v1alpha2``, then ``v1alpha3``/``v1beta1`` in 1.37) a Workload that is a template, a
+  PodGroup of its own made from it, and pods' immutable ``spec.schedulingGroup.podGroupName``.
 
 Which backends exist and the pytest fixtures that provide them are in
 ``clusterproof.gang.schedulers``. Timing rules: every wait goes through
@@ -21,12 +23,12 @@ from typing import Callable
 
 from kubernetes import client
 
-from clusterproof.core import measurement
+from clusterproof.core import kubeversions, measurement
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.progress import phase
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import wait_for
-from clusterproof.kube.client import get_if_present, list_raw, raw_request
+from clusterproof.kube.client import get_if_present, list_raw, raw_request, serving
 from clusterproof.kube.informer import Informer
 from clusterproof.kube.nodes import is_ready
 from clusterproof.kube.placement import refusal
@@ -36,11 +38,13 @@ from clusterproof.kube.pods import create_pods, delete_pods, explain_pods, list_
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"        # Coscheduling's membership label
 GANG_LABEL = "clusterproof.io/gang"                      # ours, on every gang pod (both backends)
 PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
-WORKLOAD_GV = "scheduling.k8s.io/v1alpha1"
-WORKLOAD_PATH = "/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads"
+NATIVE_APIS = kubeversions.NATIVE_GANG_APIS       # newest first; the server's discovery says which it serves
+LEGACY_NATIVE_API = "scheduling.k8s.io/v1alpha1"       # the one whose pods name a Workload, not a PodGroup
+TEMPLATE = "workers"                                   # the one pod group (template) of each gang
 TIMED_OUT = "rejected due to timeout"          # the scheduler framework's Permit-timeout message
-# Kubernetes 1.35's native gang timeout is a constant, not configurable
-# (pkg/scheduler/backend/workloadmanager DefaultSchedulingTimeoutDuration).
+# The native gang's Permit timeout is a constant, not configurable: 1.35's DefaultSchedulingTimeoutDuration
+# (pkg/scheduler/backend/workloadmanager), 1.36's and 1.37's permitTimeoutDuration
+# (pkg/scheduler/framework/plugins/gangscheduling/gangscheduling.go), 5 minutes in each.
 NATIVE_GANG_TIMEOUT_S = 300
 
 
@@ -53,29 +57,54 @@ class Backend:
     hold_timeout_s: float          # how long a waiting gang may hold nodes (its schedule timeout)
     skip: str | None = None        # cannot run here (e.g. API not served): the test is skipped
     error: str | None = None       # should run but cannot (user mistake): the test fails, one line
+    api: str = ""                  # native: the scheduling.k8s.io version the server serves (NATIVE_APIS)
 
     def group(self, ns: str, gang: str, min_count: int, run_id: str,
-              timeout_s: float | None = None) -> tuple[str, dict]:
-        """(collection path, body) of the object that declares the gang."""
-        meta = metadata(gang, run_id, {GANG_LABEL: gang})
-        if self.name == "coscheduling":
-            spec = {"minMember": min_count}
-            if timeout_s is not None:
-                spec["scheduleTimeoutSeconds"] = int(timeout_s)
-            return PG_PATH.format(ns=ns), {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                                           "kind": "PodGroup", "metadata": meta, "spec": spec}
-        return WORKLOAD_PATH.format(ns=ns), {
-            "apiVersion": WORKLOAD_GV, "kind": "Workload", "metadata": meta,
-            "spec": {"podGroups": [{"name": "workers",
-                                    "policy": {"gang": {"minCount": min_count}}}]}}
+              timeout_s: float | None = None) -> list[tuple[str, dict]]:
+        """(collection path, body) of each object that declares the gang, in the order they are created."""
+        return declaration(self.name, self.api, ns, gang, min_count, run_id, timeout_s)
 
     def member(self, pod: dict, gang: str) -> dict:
         """Make ``pod`` a member of ``gang``."""
-        if self.name == "coscheduling":
-            pod["metadata"]["labels"][POD_GROUP_LABEL] = gang
-        else:
-            pod["spec"]["workloadRef"] = {"name": gang, "podGroup": "workers"}
-        return pod
+        return membership(self.name, self.api, pod, gang)
+
+
+def declaration(backend: str, api: str, ns: str, gang: str, min_count: int, run_id: str,
+                timeout_s: float | None = None) -> list[tuple[str, dict]]:
+    """The objects that declare a gang of ``min_count`` to ``backend`` (native: in ``api``): a Coscheduling
+    PodGroup; a 1.35 Workload of one gang pod group; from 1.36 the Workload (its template) and the PodGroup
+    made from it, as a workload controller would (the harness is the controller of its gangs)."""
+    meta = metadata(gang, run_id, {GANG_LABEL: gang})
+    if backend == "coscheduling":
+        spec = {"minMember": min_count}
+        if timeout_s is not None:
+            spec["scheduleTimeoutSeconds"] = int(timeout_s)
+        return [(PG_PATH.format(ns=ns), {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                                         "kind": "PodGroup", "metadata": meta, "spec": spec})]
+    gang_policy = {"gang": {"minCount": min_count}}
+    if api == LEGACY_NATIVE_API:
+        return [(f"/apis/{api}/namespaces/{ns}/workloads", {
+            "apiVersion": api, "kind": "Workload", "metadata": meta,
+            "spec": {"podGroups": [{"name": TEMPLATE, "policy": gang_policy}]}})]
+    workload = {"apiVersion": api, "kind": "Workload", "metadata": meta,
+                "spec": {"podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": gang_policy}]}}
+    ref = ({"podGroupTemplateRef": {"workload": {"workloadName": gang, "podGroupTemplateName": TEMPLATE}}}
+           if api.endswith("/v1alpha2") else {"workloadRef": {"workloadName": gang, "templateName": TEMPLATE}})
+    group = {"apiVersion": api, "kind": "PodGroup", "metadata": metadata(gang, run_id, {GANG_LABEL: gang}),
+             "spec": {**ref, "schedulingPolicy": gang_policy}}
+    return [(f"/apis/{api}/namespaces/{ns}/workloads", workload), (f"/apis/{api}/namespaces/{ns}/podgroups", group)]
+
+
+def membership(backend: str, api: str, pod: dict, gang: str) -> dict:
+    """``pod`` made a member of ``gang``: Coscheduling's label; 1.35's ``spec.workloadRef`` to the Workload's
+    pod group; from 1.36 ``spec.schedulingGroup.podGroupName`` naming the PodGroup."""
+    if backend == "coscheduling":
+        pod["metadata"]["labels"][POD_GROUP_LABEL] = gang
+    elif api == LEGACY_NATIVE_API:
+        pod["spec"]["workloadRef"] = {"name": gang, "podGroup": TEMPLATE}
+    else:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": gang}
+    return pod
 
 
 @dataclass(frozen=True)
@@ -116,8 +145,8 @@ def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
 def _create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str, gangs: dict[str, int],
                   place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int) -> list[Gang]:
     for name, size in gangs.items():
-        path, body = backend.group(ns, name, size + unsatisfiable, run_id, timeout_s)
-        raw_request(api, "POST", path, body=body).data
+        for path, body in backend.group(ns, name, size + unsatisfiable, run_id, timeout_s):
+            raw_request(api, "POST", path, body=body).data
     out = {name: Gang(name, ns, []) for name in gangs}
     bodies = []
     for i in range(max(gangs.values()) + unsatisfiable):
@@ -381,6 +410,43 @@ def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
         inf.stop()
 
 
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"   # the scheduler's condition on a native PodGroup (1.36+)
+
+
+def writes_pod_group_status(backend: Backend) -> bool:
+    """Does the scheduler of ``backend`` write a PodGroup of its own a status (native from 1.36, v1alpha2+)?"""
+    return backend.name == "native" and bool(backend.api) and backend.api != LEGACY_NATIVE_API
+
+
+def pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang) -> dict | None:
+    """The ``PodGroupInitiallyScheduled`` condition the scheduler wrote on ``gang``'s native PodGroup (its
+    schedule_one_podgroup.go: True/Scheduled once the group's quorum is placed, a terminal state; False/
+    Unschedulable when a PodGroup cycle could not place it); {} while none is written; None if the PodGroup is
+    gone."""
+    pg = get_if_present(api, f"/apis/{backend.api}/namespaces/{gang.namespace}/podgroups/{gang.name}")
+    if pg is None:
+        return None
+    return next((c for c in (pg.get("status") or {}).get("conditions") or [] if c.get("type") == INITIALLY_SCHEDULED),
+                {})
+
+
+def wait_pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang, status: str, reason: str,
+                             timeout: float) -> dict:
+    """Until the scheduler has written ``status``/``reason`` on ``gang``'s PodGroup; the condition, or one
+    failure line that says what the PodGroup holds instead."""
+    what = f"PodGroup {gang.name} with {INITIALLY_SCHEDULED}={status} ({reason}) written by the scheduler"
+    try:
+        with phase(f"wait until {what}"):
+            return wait_for(lambda: pod_group_condition(api, backend, gang),
+                            until=lambda c: bool(c) and c.get("status") == status and c.get("reason") == reason,
+                            timeout=timeout, interval=0.5, what=what)
+    except AssertionError:
+        c = pod_group_condition(api, backend, gang)
+        raise AssertionError(f"{what}: not within {timeout:g} s; the PodGroup " + (
+            "is gone" if c is None else "has no such condition" if not c else
+            f"says {c.get('status')}/{c.get('reason')}: {c.get('message', '')[:200]}")) from None
+
+
 def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:
     def unbound():
         b = bindings(api, ns, RUN_LABEL)
@@ -426,11 +492,16 @@ def usable_nodes(api: client.ApiClient, pool_label: str, exclude_pools: tuple[st
 
 
 def leftovers(api: client.ApiClient, run_id: str) -> dict[str, int]:
-    """Pods and PodGroups/Workloads of ``run_id`` still present (for cleanup checks)."""
+    """Pods and PodGroups/Workloads of ``run_id`` still present (for cleanup checks), in every gang API served."""
     sel = {"labelSelector": f"{RUN_LABEL}={run_id}"}
     out = {"pods": len(list_raw(api, "/api/v1/pods", sel)["items"])}
-    for kind, path in (("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"),
-                       ("workloads", f"/apis/{WORKLOAD_GV}/workloads")):
+    native = serving(api, NATIVE_APIS, "workloads")
+    paths = [("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups")]
+    if native:
+        paths += [("workloads", f"/apis/{native}/workloads")]
+        if native != LEGACY_NATIVE_API:
+            paths += [("native podgroups", f"/apis/{native}/podgroups")]
+    for kind, path in paths:
         found = get_if_present(api, path, sel)
         if found is not None:
             out[kind] = len(found["items"])

@@ -5,8 +5,8 @@
   component, CRDs applied at start); elsewhere ``gang_scheduler_name`` names
   the one the cluster runs, and its PodGroup CRD must be installed.
 - ``native``: Kubernetes' own gang scheduling, checked only by profiles that
-  ask for it (``gang_native``: the ``native-gang`` profile), and there only
-  if discovery shows the Workload API served.
+  ask for it (``gang_native``), and there in the API version discovery shows
+  served (v1alpha1 on 1.35, v1alpha2 on 1.36, v1beta1 on 1.37).
 
 The profile decides which backends a run checks (a backend it does not ask
 for is not collected, rather than skipped on every run). A backend asked for
@@ -20,28 +20,36 @@ from __future__ import annotations
 from kubernetes import client
 
 from clusterproof.cluster import coscheduling
+from clusterproof.core import kubeversions
 from clusterproof.core.errors import HarnessError
-from clusterproof.gang.gangs import NATIVE_GANG_TIMEOUT_S, WORKLOAD_GV, Backend, Placement, probe_scheduler
-from clusterproof.kube.client import get_if_present, server_url
+from clusterproof.gang.gangs import (
+    LEGACY_NATIVE_API,
+    NATIVE_APIS,
+    NATIVE_GANG_TIMEOUT_S,
+    Backend,
+    Placement,
+    probe_scheduler,
+)
+from clusterproof.kube.client import check_reachable, server_url, serving
 from clusterproof.provision import toolchain
 
 
 def native_backend(api: client.ApiClient, profile) -> Backend:
-    """Native gang scheduling, if discovery shows the Workload API served."""
-    b = Backend("native", "default-scheduler",
-                f"native gang scheduling ({WORKLOAD_GV} Workload, default-scheduler)", NATIVE_GANG_TIMEOUT_S)
+    """Native gang scheduling, in the newest API version the server's discovery lists Workloads in
+    (``NATIVE_APIS``): a 1.35 cluster is judged with v1alpha1, a 1.36 with v1alpha2, a 1.37 with v1beta1."""
+    b = Backend("native", "default-scheduler", "native gang scheduling (default-scheduler)", NATIVE_GANG_TIMEOUT_S)
     if not profile.gang_native:
         b.skip = "not checked by this profile (gang_native: false; see clusterproof/config/profiles/native-gang.yaml)"
         return b
-    found = get_if_present(api, f"/apis/{WORKLOAD_GV}")
-    if found is None:
-        b.skip = (f"native gang scheduling not served: GET /apis/{WORKLOAD_GV} answered 404 (needs feature "
-                  f"gates GenericWorkload,GangScheduling and runtime-config {WORKLOAD_GV}=true: profile keys "
-                  "kube_feature_gates and kube_runtime_config on the embedded cluster; gang_native: false stops "
-                  "asking)")
-    elif not any(r.get("kind") == "Workload" for r in found.get("resources", [])):
-        b.skip = (f"native gang scheduling not served: {WORKLOAD_GV} has no Workload resource (gang_native: false "
-                  "stops asking)")
+    b.api = serving(api, NATIVE_APIS, "workloads") or ""
+    if not b.api:
+        b.skip = (f"native gang scheduling not served: discovery lists no Workload in {', '.join(NATIVE_APIS)} ("
+                  + kubeversions.enable_hint(check_reachable(api)["gitVersion"], "the Workload API")
+                  + "; gang_native: false stops asking)")
+        return b
+    legacy = b.api == LEGACY_NATIVE_API
+    b.description = (f"native gang scheduling ({b.api} Workload" + ("" if legacy else " and PodGroup")
+                     + ", pods' " + ("spec.workloadRef" if legacy else "spec.schedulingGroup") + "; default-scheduler)")
     return b
 
 

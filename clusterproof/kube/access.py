@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 import yaml
 from kubernetes import client
 
+from clusterproof.core import kubeversions
 from clusterproof.core.errors import HarnessError
 from clusterproof.kube.apicalls import Call
-from clusterproof.kube.client import api_message, raw_request, server_url
+from clusterproof.kube.client import api_message, raw_request, server_url, serving
 from clusterproof.kube.manifests import RBAC, RBAC_DESTRUCTIVE, manifest_docs, policy_names  # noqa: F401 (re-exported)
 
 SERVICE_ACCOUNT = "clusterproof"
@@ -433,9 +434,10 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
     """One request per policy that only that policy refuses (RBAC allows each to the ServiceAccount, and no quota
     counts what is wrong with it): a pod bound by ``nodeName``, a Service with externalIPs, a ServiceAccount of
     another name, a Role that may bind, ``clusterproof-pool`` bound to everyone, a ConfigMap and a Lease of names no
-    run uses, a PodGroup or Workload of a shape no run makes (when ``served`` names its resource: 'podgroups',
-    'workloads'); destructive, the flood's FlowSchema at the ``exempt`` level and a label on ``node``. And two the
-    policies must admit: a pod as a run builds it, and, on ``borrowable`` (a node of the pool a run borrows from,
+    run uses, a PodGroup or Workload of a shape no run makes (when ``served`` names it: 'podgroups' for
+    Coscheduling's, or the native gang's group/version, e.g. 'scheduling.k8s.io/v1beta1'); destructive, the
+    flood's FlowSchema at the ``exempt`` level and a label on ``node``. And two the policies must admit: a pod
+    as a run builds it, and, on ``borrowable`` (a node of the pool a run borrows from,
     unclaimed), the claim a run writes."""
     from clusterproof.core.run import SCRATCH_LABEL, metadata
     from clusterproof.kube.node_taints import record_note
@@ -478,12 +480,13 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
                              "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                              "metadata": metadata(name, PROBE_RUN),
                              "spec": {"minMember": 1, "minResources": {"cpu": "1"}}}))
-    elif "workloads" in served:
+    elif native := next((gv for gv in kubeversions.NATIVE_GANG_APIS if gv in served), None):
+        legacy = native == kubeversions.NATIVE_GANG_APIS[-1]
         out.append(Probe("clusterproof-gangs", f"a Workload in {pool} of another shape", "POST",
-                         f"/apis/scheduling.k8s.io/v1alpha1/namespaces/{pool}/workloads", {
-                             "apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
-                             "metadata": metadata(name, PROBE_RUN),
-                             "spec": {"podGroups": [{"name": "workers", "policy": {"basic": {}}}]}}))
+                         f"/apis/{native}/namespaces/{pool}/workloads", {
+                             "apiVersion": native, "kind": "Workload", "metadata": metadata(name, PROBE_RUN),
+                             "spec": {"podGroups": [{"name": "workers", "policy": {"basic": {}}}]} if legacy else
+                             {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"basic": {}}}]}}))
     if destructive:
         out.append(Probe("clusterproof-fixed-names", "the flood's FlowSchema at the exempt priority level", "POST",
                          "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
@@ -553,9 +556,9 @@ def check_policies(api: client.ApiClient, manifest: Manifest, destructive: bool,
                                                                       "limit": "50"})["items"]
                            if not any(t["key"] == "clusterproof.io/scratch" for t in n["spec"].get("taints") or [])),
                           None)
-    gangs = frozenset(r for r, path in (("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1"),
-                                        ("workloads", "/apis/scheduling.k8s.io/v1alpha1"))
-                      if any(x.get("name") == r for x in (get_if_present(api, path) or {}).get("resources") or []))
+    coscheduling = serving(api, ("scheduling.x-k8s.io/v1alpha1",), "podgroups")
+    gangs = frozenset(filter(None, ("podgroups" if coscheduling else None,
+                                    serving(api, kubeversions.NATIVE_GANG_APIS, "workloads"))))
     for probe in probes(manifest.pool[0], nodes[0]["metadata"]["name"] if nodes else None, destructive, borrowable,
                         gangs):
         # A policy reaches the API server's admission a moment after it is created: ask a few times.

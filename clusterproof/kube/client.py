@@ -448,3 +448,14 @@ def is_simulated(api: client.ApiClient) -> bool:
         if not is_kwok_node(node):
             return False
     return seen
+
+
+def serving(api: client.ApiClient, candidates: tuple[str, ...], resource: str) -> str | None:
+    """The first group/version of ``candidates`` (newest first) whose discovery lists ``resource``, or None:
+    the API a check speaks is the one the server serves (a 1.35 cluster's Workload is v1alpha1, a 1.37's
+    v1beta1), read from the server, never assumed from its version."""
+    for gv in candidates:
+        found = get_if_present(api, f"/apis/{gv}") or {}
+        if any(r.get("name") == resource for r in found.get("resources", [])):
+            return gv
+    return None

@@ -29,6 +29,7 @@ from typing import Callable
 
 from kubernetes import client
 
+from clusterproof.core import kubeversions
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import RUN_LABEL, metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
@@ -49,8 +50,9 @@ POOL_KINDS = (
     "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "/api/v1/namespaces/{ns}/serviceaccounts",
     "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
-    "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/workloads",
-    "/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads",
+    # native gangs in every version a server may serve (the PodGroups first: made from their Workload)
+    *(f"/apis/{gv}/namespaces/{{ns}}/podgroups" for gv in kubeversions.NATIVE_GANG_APIS[:-1]),
+    *(f"/apis/{gv}/namespaces/{{ns}}/workloads" for gv in kubeversions.NATIVE_GANG_APIS),
 )
 
 

@@ -102,6 +102,7 @@ TYPES: dict[str, dict[str, Field]] = {
         "schedulingGates": s("only clusterproof.io/never-scheduled: the taint suite's pods that ask the "
                              "cluster's admission about a wildcard toleration never run"),
         "workloadRef": s("native gang scheduling (Kubernetes 1.35): the pod's Workload and pod group"),
+        "schedulingGroup": s("native gang scheduling (Kubernetes 1.36 and later): the pod's PodGroup"),
         "dnsPolicy": srv("defaulted to ClusterFirst (the only value admitted)"),
         "serviceAccountName": srv("defaulted to the namespace's default ServiceAccount (the only one admitted)"),
         "serviceAccount": srv("the deprecated alias of serviceAccountName, filled in by the API server"),
@@ -223,6 +224,7 @@ TYPES: dict[str, dict[str, Field]] = {
     CORE + "WorkloadReference": {"name": s("the gang's Workload"), "podGroup": s("'workers'"),
                                  "podGroupReplicaKey": no("unused")},
     CORE + "PodSchedulingGate": {"name": s("clusterproof.io/never-scheduled")},
+    CORE + "PodSchedulingGroup": {"podGroupName": s("the gang's PodGroup")},
     # --- the other kinds with a schema of their own ------------------------------------------------------
     CORE + "Service": {
         "apiVersion": srv("the request's"), "kind": srv("the request's"),
@@ -294,6 +296,7 @@ POLICY_KEYS: dict[tuple[str, str], str] = {
     ("clusterproof-pods", "requirementKeys"): CORE + "NodeSelectorRequirement",
     ("clusterproof-pods", "workloadRefKeys"): CORE + "WorkloadReference",
     ("clusterproof-pods", "gateKeys"): CORE + "PodSchedulingGate",
+    ("clusterproof-pods", "schedulingGroupKeys"): CORE + "PodSchedulingGroup",
     ("clusterproof-services", "metaKeys"): META + "ObjectMeta",
     ("clusterproof-services", "serviceKeys"): CORE + "Service",
     ("clusterproof-services", "specKeys"): CORE + "ServiceSpec",

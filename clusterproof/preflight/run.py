@@ -220,8 +220,8 @@ def _waiting_workloads(api, run: PreflightRun, profile, run_id: str, backends) -
     if gang is None or gang.error or gang.skip:
         run.gang_note = f"no gang: {(gang.error or gang.skip) if gang else 'no gang backend'}"
         return
-    path, body = gang.group(ns, "waiting-gang", sizes["gang"], run_id)
-    raw_request(api, "POST", path, body=body).data
+    for path, body in gang.group(ns, "waiting-gang", sizes["gang"], run_id):
+        raw_request(api, "POST", path, body=body).data
     placement = Placement(run.selector, (run.toleration,))
     create_pods(api, ns, [gang.member(rank(f"gang-{i}", run_id, gang.scheduler_name, placement, profile.node_gpus,
                                            {WAIT_LABEL: "gang", GANG_LABEL: "waiting-gang"}), "waiting-gang")

@@ -33,12 +33,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterproof.core import filelock
+from clusterproof.core import filelock, kubeversions
 from clusterproof.core import progress as progress_lines
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.texttable import text_table
 
-KUBERNETES_VERSION = "v1.35.4"
+# The pinned control plane (clusterproof.core.kubeversions: every version the harness knows, and what differs).
+KUBERNETES_VERSION = kubeversions.PINNED
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 SCHEDULER_PLUGINS_VERSION = "v0.34.7"
@@ -197,14 +198,13 @@ class Component:
 KWOK = Component("kwok", KWOK_VERSION, ("kwok", "kwokctl"))
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 KUBERNETES = Component("kubernetes", KUBERNETES_VERSION, KUBERNETES_BINARIES)
-KUBERNETES_VERSION_PATTERN = r"^v1\.\d+\.\d+$"
 
 
 def kubernetes(version: str = KUBERNETES_VERSION) -> Component:
     """The control plane at ``version`` (profile key ``kubernetes_version``): each version built
-    once into its own cache directory."""
-    if not re.match(KUBERNETES_VERSION_PATTERN, version):
-        raise HarnessError(f"kubernetes_version {version!r} is not a release tag like {KUBERNETES_VERSION}")
+    once into its own cache directory; a version the harness does not know is one line
+    (``kubeversions.release``)."""
+    kubeversions.release(version)
     return KUBERNETES if version == KUBERNETES_VERSION else Component("kubernetes", version, KUBERNETES_BINARIES)
 # The kubelet of a real node (profile key real_nodes): the same module and recipe as the control
 # plane, its own cache directory (so adding it does not rebuild the control plane).
@@ -260,8 +260,8 @@ BUILD_GOGC, BUILD_GOMEMLIMIT = "400", "4GiB"    # the go command's, its compiler
 
 def go_env() -> dict[str, str]:
     env = dict(os.environ)
-    # Never let go silently download another toolchain: builds must use the
-    # Go that is installed, so results are reproducible and offline-safe.
+    # Never let go silently switch to another toolchain: builds use the Go that is installed, so results are
+    # reproducible; a build that needs a newer Go names it exactly (kubernetes_go: GOTOOLCHAIN=go1.27.3).
     env["GOTOOLCHAIN"] = "local"
     env["GOFLAGS"] = "-buildvcs=false -mod=mod"
     env.setdefault("CGO_ENABLED", "0")
@@ -330,10 +330,10 @@ def _version_ldflags(version: str) -> str:
             f"-X {base}.gitMinor={minor} -X {base}.gitTreeState=clean")
 
 
-def _mod_download(go: str, module: str, work: Path, log: Path) -> dict:
+def _mod_download(go: str, module: str, work: Path, log: Path, **env: str) -> dict:
     with log.open("a") as fh:
         proc = subprocess.run([go, "mod", "download", "-json", module], cwd=work,
-                              env=go_env(), stdout=subprocess.PIPE, stderr=fh, text=True)
+                              env={**go_env(), **env}, stdout=subprocess.PIPE, stderr=fh, text=True)
     if proc.returncode != 0:
         try:
             err = json.loads(proc.stdout).get("Error", "")
@@ -390,7 +390,7 @@ def _write_wrapper(work: Path, requires: dict[str, str], replaces: dict[str, str
 def _kubernetes_wrapper(go: str, version: str, work: Path, log: Path) -> None:
     """``work/go.mod`` requiring k8s.io/kubernetes at ``version``. It replaces every staging module with
     ./staging/...; a consumer must map each to its published v0.MINOR.PATCH tag instead."""
-    info = _mod_download(go, f"k8s.io/kubernetes@{version}", work, log)
+    info = _mod_download(go, f"k8s.io/kubernetes@{version}", work, log, GOTOOLCHAIN=kubernetes_go(version))
     gomod = Path(info["GoMod"]).read_text()
     staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", gomod, flags=re.M)
     if not staging:
@@ -401,13 +401,21 @@ def _kubernetes_wrapper(go: str, version: str, work: Path, log: Path) -> None:
                    {m: staging_version for m in staging})
 
 
+def kubernetes_go(version: str) -> str:
+    """GOTOOLCHAIN for building Kubernetes ``version``: ``local`` (the installed Go), or the newer Go its
+    go.mod asks for (v1.38's ``go 1.27.0``: go1.27.3), which the go command takes from the module proxy
+    and checks against the checksum database like any module (``kubeversions.MINORS``)."""
+    return kubeversions.release(version).go
+
+
 def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -> None:
     version = c.version
     _kubernetes_wrapper(go, version, work, log)
     pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in c.binaries]
+    toolchain = {"GOTOOLCHAIN": kubernetes_go(version)}
     try:
         _run([go, "get", *[f"{p}@{version}" for p in pkgs]], work, log,
-             f"kubernetes {version} (go get)")
+             f"kubernetes {version} (go get)", **toolchain)
     except HarnessError:
         missing = missing_module(log.read_text(errors="replace"))
         if missing:
@@ -416,7 +424,7 @@ def _build_kubernetes(go: str, work: Path, out: Path, log: Path, c: Component) -
                                f"e.g. {KUBERNETES_VERSION}); log: {log}") from None
         raise
     _run([go, "build", "-trimpath", f"-ldflags={_version_ldflags(version)}",
-          "-o", str(out) + "/", *pkgs], work, log, f"kubernetes {version}")
+          "-o", str(out) + "/", *pkgs], work, log, f"kubernetes {version}", **toolchain)
 
 
 def missing_module(go_output: str) -> str | None:

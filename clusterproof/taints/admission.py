@@ -48,16 +48,24 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterproof.core import kubeversions
 from clusterproof.core.errors import HarnessError
 from clusterproof.core.run import RUN_LABEL, metadata
-from clusterproof.kube.client import api_message, delete_if_present, get_if_present, raw_request, server_url
+from clusterproof.kube.client import (
+    api_message,
+    check_reachable,
+    delete_if_present,
+    raw_request,
+    server_url,
+    serving,
+)
 from clusterproof.kube.pod_spec import pod_body
 from clusterproof.kube.pods import try_create
 
 CHECK_LABEL = "clusterproof.io/taint-check"    # on every pod of the taint suite: which check made it
 MODES = ("reject", "correct")
 ADMISSION = ("auto", "harness", "cluster", "wildcard")
-# Newest first: MutatingAdmissionPolicy went beta in 1.34 (v1beta1).
+# Newest first: MutatingAdmissionPolicy went beta in 1.34 (v1beta1) and GA in 1.36 (v1, on by default).
 MAP_VERSIONS = ("admissionregistration.k8s.io/v1", "admissionregistration.k8s.io/v1beta1")
 VAP_VERSION = "admissionregistration.k8s.io/v1"
 
@@ -241,12 +249,8 @@ def binding(kind: str, version: str, name: str, policy: str, run_id: str,
 # --- the admission step on a cluster -------------------------------------------------
 
 def served_map_version(api: client.ApiClient) -> str | None:
-    """The newest MutatingAdmissionPolicy API version the cluster serves, or None."""
-    for gv in MAP_VERSIONS:
-        found = get_if_present(api, f"/apis/{gv}") or {}
-        if any(r.get("name") == "mutatingadmissionpolicies" for r in found.get("resources", [])):
-            return gv
-    return None
+    """The newest MutatingAdmissionPolicy API version the cluster serves (v1 from 1.36, v1beta1 before), or None."""
+    return serving(api, MAP_VERSIONS, "mutatingadmissionpolicies")
 
 
 @dataclass
@@ -274,8 +278,7 @@ def resolve_admission(setting: str, owned: bool) -> str:
 def not_served(api: client.ApiClient) -> str:
     """One line: the cluster serves no MutatingAdmissionPolicy, and which keys turn it on."""
     return (f"MutatingAdmissionPolicy is not served by {server_url(api)} (neither {' nor '.join(MAP_VERSIONS)}): "
-            "on the embedded cluster it is turned on by kube_feature_gates MutatingAdmissionPolicy=true and "
-            "kube_runtime_config admissionregistration.k8s.io/v1beta1=true")
+            + kubeversions.enable_hint(check_reachable(api)["gitVersion"], "MutatingAdmissionPolicy"))
 
 
 def absent(api: client.ApiClient, rules: TeamRules, ns: str, team: str, run_id: str) -> str | None:
