@@ -45,8 +45,8 @@ def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, n
                                                   profile, figures):
     """A gang that fits is bound completely; a gang one pod larger than the free nodes binds no pod at all, and is
     bound completely once a node is freed. Native gangs from Kubernetes 1.36 also say so on their PodGroup: the
-    scheduler's PodGroupInitiallyScheduled is True (Scheduled) for a bound gang and False (Unschedulable) for one
-    that does not fit. Red: the scheduler bound part of a gang (named, with its pods) or never bound it, or its
+    scheduler's condition (PodGroupScheduled on 1.36, PodGroupInitiallyScheduled from 1.37) is True (Scheduled)
+    for a bound gang and False (Unschedulable) for one that does not fit. Red: the scheduler bound part of a gang (named, with its pods) or never bound it, or its
     PodGroup says otherwise."""
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     status = g.writes_pod_group_status(backend)
@@ -154,7 +154,10 @@ NATIVE_REHOLDS = pytest.mark.xfail(
 def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace, run_id, profile, request,
                                           figures):
     """A gang that cannot be completed holds its nodes only until its schedule timeout, then gives them back
-    to plain pods for good. Red: the timeout never fired, or the gang kept (or took back) its nodes."""
+    to plain pods for good. Native gangs from Kubernetes 1.36 are placed whole in one PodGroup scheduling cycle,
+    so one that cannot be completed is refused there (its PodGroup's condition False, Unschedulable) without
+    reserving a node: that refusal is their timeout. Red: the timeout (or refusal) never came, or the gang kept
+    (or took back) its nodes."""
     # Deterministic, not a race: the plain pods that must get the nodes are
     # created once the scheduler has said that the gang timed out (a
     # "rejected due to timeout" on a member's PodScheduled condition or event), so they
@@ -169,7 +172,10 @@ def test_gang_timeout_releases_held_nodes(cluster, backend, dedicated, namespace
     [held] = g.create_gangs(api, backend, namespace, run_id, {"never-complete": n}, dedicated, gpus,
                             timeout_s=timeout_s, unsatisfiable=1)
     with g.explain_partial(api, [held], "the gang's schedule timeout never fired", holding=True):
-        g.wait_timed_out(api, held, timeout_s + 60)
+        if g.writes_pod_group_status(backend):
+            g.wait_pod_group_condition(api, backend, held, "False", "Unschedulable", timeout_s + 60)
+        else:
+            g.wait_timed_out(api, held, timeout_s + 60)
     released = time.monotonic() - t0
     figures.add("gang created -> its schedule timeout fired", released, "s", timeout_s + 60)
     plain = [f"plain-{i}" for i in range(n)]

@@ -156,7 +156,8 @@ class Cluster:
         elif self.apf is not None:
             env["apf.dispatched"] = self.apf.summary()
         if self.real is not None:
-            env["nodes.real"] = (f"{', '.join(self.real.names)}: REAL kubelet {self.kwok.kubernetes_version} "
+            kubelet = kubeversions.kubelet_version(self.kwok.kubernetes_version)
+            env["nodes.real"] = (f"{', '.join(self.real.names)}: REAL kubelet {kubelet} "
                                  f"on containerd "
                                  f"{hostpkgs.PACKAGES['containerd']} and runc {hostpkgs.PACKAGES['runc']}, real "
                                  "containers; GPUs SIMULATED (mock NVML handed in by the node's GPU runtime)")

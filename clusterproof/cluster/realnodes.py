@@ -529,6 +529,8 @@ def join(api, cluster_dir: Path, nodes: list[RealNode], built: dict, gpus: int, 
         wait_for(lambda n=node: get_if_present(api, f"/api/v1/nodes/{n.name}"),
                  until=lambda obj: ((obj or {}).get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu")
                  == str(gpus), timeout=60, interval=1, what=f"real node {node.name} allocating {gpus} GPUs")
+    kubelets = sorted({((get_if_present(api, f"/api/v1/nodes/{n.name}") or {}).get("status") or {})
+                       .get("nodeInfo", {}).get("kubeletVersion", "?") for n in nodes})
     progress(f"{len(nodes)} real node(s) Ready ({', '.join(f'{k} {v:.0f} s' for k, v in ready.items())} after "
-             f"the cluster start; kubelet {toolchain.KUBELET.version}, containerd from Debian)")
+             f"the cluster start; kubelet {', '.join(kubelets)} as the node reports it, containerd from Debian)")
     return Joined(nodes, built, ready, gpus, nvml)

@@ -36,6 +36,9 @@ class Minor:
     runtime_config: dict[str, str] = field(default_factory=dict)  # group/version turned on -> why
     workload_api: str = ""        # the scheduling.k8s.io version that declares native gangs
     gang: str = ""                # how its native gang is declared (pods' field), for the report
+    # The real nodes' kubelet when it cannot be the control plane's own version (empty: the same), and why.
+    kubelet: str = ""
+    kubelet_why: str = ""
 
 
 # The native gang's API versions, newest first: v1alpha1 (1.35: Workload.spec.podGroups, pods' spec.workloadRef)
@@ -74,7 +77,11 @@ MINORS = {m.minor: m for m in (
           gates={WORKLOAD_GATE: "beta, off by default, as in 1.37"},
           runtime_config={"scheduling.k8s.io/v1beta1": "Workload and PodGroup, as in 1.37"},
           workload_api="scheduling.k8s.io/v1beta1",
-          gang="PodGroup (spec.workloadRef), pods' spec.schedulingGroup.podGroupName"),
+          gang="PodGroup (spec.workloadRef), pods' spec.schedulingGroup.podGroupName",
+          kubelet="v1.37.2",
+          kubelet_why="v1.38.0-beta.0's kubelet needs sigs.k8s.io/iptables-wrappers@v1.0.0, which the module "
+                      "proxy does not serve (measured 2026-12-07); the version-skew policy lets a kubelet be up "
+                      "to three minors older than its API server"),
 )}
 # MutatingAdmissionPolicy is GA from 1.36 (admissionregistration.k8s.io/v1, on by default): nothing to turn on.
 
@@ -102,6 +109,11 @@ def release(version: str) -> Minor:
                            f"(known: {known()}); add its row to clusterproof/core/kubeversions.py "
                            "(docs/versions.md says how)")
     return m
+
+
+def kubelet_version(version: str) -> str:
+    """The real nodes' kubelet for a control plane at ``version``: the same, unless its row names another."""
+    return release(version).kubelet or version
 
 
 def server_minor(git_version: str) -> Minor | None:

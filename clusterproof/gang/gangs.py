@@ -410,7 +410,10 @@ def wait_timed_out(api: client.ApiClient, gang: Gang, timeout: float) -> None:
         inf.stop()
 
 
-INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"   # the scheduler's condition on a native PodGroup (1.36+)
+# The scheduler's condition on a native PodGroup, by its API version (k8s.io/api scheduling/*/types.go):
+# 1.36's v1alpha2 says PodGroupScheduled, 1.37 renamed it PodGroupInitiallyScheduled (terminal once True).
+SCHEDULED_CONDITION = {"scheduling.k8s.io/v1alpha2": "PodGroupScheduled"}
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 
 
 def writes_pod_group_status(backend: Backend) -> bool:
@@ -419,22 +422,25 @@ def writes_pod_group_status(backend: Backend) -> bool:
 
 
 def pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang) -> dict | None:
-    """The ``PodGroupInitiallyScheduled`` condition the scheduler wrote on ``gang``'s native PodGroup (its
-    schedule_one_podgroup.go: True/Scheduled once the group's quorum is placed, a terminal state; False/
-    Unschedulable when a PodGroup cycle could not place it); {} while none is written; None if the PodGroup is
-    gone."""
+    """The condition the scheduler wrote on ``gang``'s native PodGroup (``scheduled_condition``; its
+    schedule_one_podgroup.go: True/Scheduled once the group's quorum is placed; False/Unschedulable when a
+    PodGroup cycle could not place it); {} while none is written; None if the PodGroup is gone."""
     pg = get_if_present(api, f"/apis/{backend.api}/namespaces/{gang.namespace}/podgroups/{gang.name}")
     if pg is None:
         return None
-    return next((c for c in (pg.get("status") or {}).get("conditions") or [] if c.get("type") == INITIALLY_SCHEDULED),
-                {})
+    kind = scheduled_condition(backend)
+    return next((c for c in (pg.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def scheduled_condition(backend: Backend) -> str:
+    return SCHEDULED_CONDITION.get(backend.api, INITIALLY_SCHEDULED)
 
 
 def wait_pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang, status: str, reason: str,
                              timeout: float) -> dict:
     """Until the scheduler has written ``status``/``reason`` on ``gang``'s PodGroup; the condition, or one
     failure line that says what the PodGroup holds instead."""
-    what = f"PodGroup {gang.name} with {INITIALLY_SCHEDULED}={status} ({reason}) written by the scheduler"
+    what = f"PodGroup {gang.name} with {scheduled_condition(backend)}={status} ({reason}) written by the scheduler"
     try:
         with phase(f"wait until {what}"):
             return wait_for(lambda: pod_group_condition(api, backend, gang),

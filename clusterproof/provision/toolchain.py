@@ -212,8 +212,10 @@ KUBELET = Component("kubelet", KUBERNETES_VERSION, ("kubelet",))
 
 
 def kubelet(version: str = KUBERNETES_VERSION) -> Component:
-    """The real nodes' kubelet at the cluster's ``kubernetes_version``."""
+    """The real nodes' kubelet for a control plane at ``version``: the same version, or the one its row of the
+    version table names (``kubeversions.kubelet_version``: 1.38's pre-release cannot be built here)."""
     kubernetes(version)   # the same validation
+    version = kubeversions.kubelet_version(version)
     return KUBELET if version == KUBERNETES_VERSION else Component("kubelet", version, ("kubelet",))
 
 
