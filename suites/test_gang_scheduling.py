@@ -44,10 +44,11 @@ from clusterproof.gang.schedulers import probe_once
 def test_gang_is_bound_all_together_or_not_at_all(cluster, backend, dedicated, namespace, run_id,
                                                   profile, figures):
     """A gang that fits is bound completely; a gang one pod larger than the free nodes binds no pod at all, and is
-    bound completely once a node is freed. Native gangs from Kubernetes 1.36 also say so on their PodGroup: the
-    scheduler's condition (PodGroupScheduled on 1.36, PodGroupInitiallyScheduled from 1.37) is True (Scheduled)
-    for a bound gang and False (Unschedulable) for one that does not fit. Red: the scheduler bound part of a gang (named, with its pods) or never bound it, or its
+    bound completely once a node is freed; a native gang from 1.36 says so on its PodGroup (Scheduled, or
+    Unschedulable). Red: the scheduler bound part of a gang (named, with its pods) or never bound it, or its
     PodGroup says otherwise."""
+    # The PodGroup's condition is the scheduler's own word: PodGroupScheduled on 1.36 (v1alpha2),
+    # PodGroupInitiallyScheduled from 1.37 (terminal once True).
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     status = g.writes_pod_group_status(backend)
     [fits] = g.create_gangs(api, backend, namespace, run_id, {"fits": n}, dedicated, gpus)
