@@ -7,7 +7,10 @@ session's embedded cluster), pointed at:
   gang plugin): every exactness check must fail, naming the partially bound
   gang;
 - a cluster without the PodGroup CRD, a scheduler name nobody answers to, a
-  gang larger than the cluster: one clear line each, no hang.
+  gang larger than the cluster: one clear line each, no hang;
+- native gangs on a scheduler without the GangScheduling plugin: red, naming
+  the plugin; 1.35's gang manifest on the pinned (newer) server: refused, the
+  check naming the version the server serves.
 
 After every run, no pod, PodGroup or Workload of that run may be left.
 """
@@ -18,8 +21,10 @@ import os
 import pytest
 
 from clusterproof.cluster import coscheduling
+from clusterproof.core import kubeversions
 from clusterproof.core.waiting import wait_for
 from clusterproof.gang import gangs as g
+from clusterproof.provision import toolchain
 from tests.harness import allure_results, run_pytest
 
 pytestmark = [pytest.mark.control, pytest.mark.coscheduling]
@@ -98,4 +103,42 @@ def test_gang_larger_than_the_cluster_is_one_clear_line(cluster, profile, tmp_pa
     assert run.returncode == 1, run.output[-3000:]
     [msg] = run.failures.values()
     assert "gang_scale_size=100000 is larger than the" in msg, msg
+    _assert_nothing_left(cluster, run_id)
+
+
+# Native gangs (Kubernetes' own GangScheduling plugin), on this session's cluster at the pinned version, which
+# serves them (its row of clusterproof/core/kubeversions.py turns GenericWorkload and its API on).
+NATIVE = ["gang_native=true", "gang_bind_timeout_s=20", "gang_observe_s=10"]
+
+
+def test_native_gangs_on_a_scheduler_without_the_gang_plugin_fail_naming_the_plugin(cluster, profile, tmp_path):
+    """The native checks pointed at a scheduler that has no GangScheduling plugin (the harness's Coscheduling
+    build, Kubernetes 1.34 libraries: the plugin came in 1.35): the gangs bind member by member, and the
+    exactness checks are red naming the partial gang and the plugin that should have decided it."""
+    run_id, run = _run(cluster, profile, tmp_path, *NATIVE,
+                       f"gang_native_scheduler_name={coscheduling.OWN_SCHEDULER}",
+                       select="native and (all_together or deadlock)")
+    assert run.returncode == 1, run.output[-3000:]
+    # The gang that fits binds member by member too, but no scheduler writes its PodGroup's verdict.
+    expected = {"test_gang_is_bound_all_together_or_not_at_all[native]": "the PodGroup has no such condition",
+                "test_competing_gangs_do_not_deadlock[native]": "is partially bound"}
+    assert set(run.failures) == set(expected), run.output[-3000:]
+    for test, said in expected.items():
+        msg = run.failures[test]
+        assert said in msg and "GangScheduling plugin" in msg and repr(coscheduling.OWN_SCHEDULER) in msg, msg
+    _assert_nothing_left(cluster, run_id)
+
+
+def test_a_135_gang_sent_to_a_newer_server_is_refused_naming_the_version_it_serves(cluster, profile, tmp_path):
+    """1.35's manifest (a v1alpha1 Workload, pods' workloadRef) against the pinned server, which serves native
+    gangs only in a later version: refused, and the check names the version the server serves."""
+    served = kubeversions.release(toolchain.KUBERNETES_VERSION).workload_api
+    assert served != g.LEGACY_NATIVE_API
+    run_id, run = _run(cluster, profile, tmp_path, *NATIVE, f"gang_native_api={g.LEGACY_NATIVE_API}",
+                       select="native and all_together", timeout=300)
+    assert run.returncode == 1, run.output[-3000:]
+    [msg] = run.failures.values()
+    assert f"in {g.LEGACY_NATIVE_API} (404: that version is not served)" in msg, msg
+    assert f"it serves native gangs in {served}" in msg and "written for Kubernetes 1.35" in msg, msg
+    assert "Traceback" not in msg
     _assert_nothing_left(cluster, run_id)

@@ -92,6 +92,11 @@ def known() -> str:
                      f"{' (' + m.stage + ')' if m.stage != 'supported' else ''}" for m in MINORS.values())
 
 
+def supported() -> list[str]:
+    """The tested tag of every supported minor, oldest first (``./proof versions``' default)."""
+    return [m.tested for m in MINORS.values() if m.stage == "supported"]
+
+
 def minor_of(version: str) -> str:
     m = TAG.match(version)
     if not m:
@@ -109,6 +114,12 @@ def release(version: str) -> Minor:
                            f"(known: {known()}); add its row to clusterproof/core/kubeversions.py "
                            "(docs/versions.md says how)")
     return m
+
+
+def written_for(workload_api: str) -> str:
+    """Which Kubernetes a native gang manifest in ``workload_api`` was written for: 'Kubernetes 1.35'."""
+    minors = [m.minor for m in MINORS.values() if m.workload_api == workload_api]
+    return f"Kubernetes {', '.join(minors)}" if minors else "another Kubernetes"
 
 
 def kubelet_version(version: str) -> str:

@@ -57,7 +57,8 @@ class Backend:
     hold_timeout_s: float          # how long a waiting gang may hold nodes (its schedule timeout)
     skip: str | None = None        # cannot run here (e.g. API not served): the test is skipped
     error: str | None = None       # should run but cannot (user mistake): the test fails, one line
-    api: str = ""                  # native: the scheduling.k8s.io version the server serves (NATIVE_APIS)
+    api: str = ""                  # native: the scheduling.k8s.io version gangs are declared in (NATIVE_APIS)
+    served: str = ""               # native: the newest the server's discovery lists Workloads in
 
     def group(self, ns: str, gang: str, min_count: int, run_id: str,
               timeout_s: float | None = None) -> list[tuple[str, dict]]:
@@ -126,6 +127,16 @@ class Gang:
     namespace: str
     pods: list[str]
     created_last_at: float = 0.0     # monotonic time the last member's create returned
+    decided_by: str = ""             # what decides the gang whole, named when it is found partial
+
+
+def decided_by(backend: Backend) -> str:
+    """What must decide a gang whole, for a failure line: the native gang's plugin and scheduler."""
+    if backend.name != "native":
+        return ""
+    return (f"native gangs are decided whole by the GangScheduling plugin of scheduler {backend.scheduler_name!r} "
+            "(kube-scheduler's default plugins include it when GenericWorkload is on): a partial gang, or a PodGroup "
+            "no scheduler wrote a verdict on, means that scheduler does not run it")
 
 
 def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
@@ -146,8 +157,17 @@ def _create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
                   place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int) -> list[Gang]:
     for name, size in gangs.items():
         for path, body in backend.group(ns, name, size + unsatisfiable, run_id, timeout_s):
-            raw_request(api, "POST", path, body=body).data
-    out = {name: Gang(name, ns, []) for name in gangs}
+            try:
+                raw_request(api, "POST", path, body=body).data
+            except client.ApiException as e:
+                if e.status != 404 or backend.name != "native":
+                    raise
+                raise AssertionError(
+                    f"the server refused gang {name}'s {body['kind']} in {backend.api} (404: that version is not "
+                    f"served); it serves native gangs in {backend.served or 'no version (none is served)'}: a "
+                    f"manifest written for {kubeversions.written_for(backend.api)} -- declare it in the served "
+                    "version (gang_native_api empty reads it from discovery)") from None
+    out = {name: Gang(name, ns, [], decided_by=decided_by(backend)) for name in gangs}
     bodies = []
     for i in range(max(gangs.values()) + unsatisfiable):
         for name, size in gangs.items():
@@ -197,6 +217,7 @@ class GangState(measurement.Base):
     """How many members of each gang are bound, from one pod list (read at once: ``Base``'s start and dispose)."""
     bound: dict[str, list[str]]      # gang -> bound pod names
     size: dict[str, int]
+    decided_by: str = ""             # named in a partial gang's failure line (``decided_by``)
 
     @classmethod
     def read(cls, api: client.ApiClient, gangs: list[Gang]) -> "GangState":
@@ -204,7 +225,7 @@ class GangState(measurement.Base):
         for n in {g.namespace for g in gangs}:
             nodes.update(bindings(api, n))
         return cls({g.name: [p for p in g.pods if nodes.get(p)] for g in gangs},
-                   {g.name: len(g.pods) for g in gangs})
+                   {g.name: len(g.pods) for g in gangs}, next((g.decided_by for g in gangs if g.decided_by), ""))
 
     def complete(self) -> list[str]:
         return [g for g, b in self.bound.items() if len(b) == self.size[g]]
@@ -229,7 +250,7 @@ def partial_message(state: GangState, when: str) -> str:
     """The failure line an SRE reads: which gang is partially bound, and where."""
     parts = [f"gang {g} is partially bound ({len(state.bound[g])} of {state.size[g]} pods: "
              f"{', '.join(sorted(state.bound[g])[:5])})" for g in state.partial()]
-    return f"{when}: " + "; ".join(parts)
+    return f"{when}: " + "; ".join(parts) + (f" ({state.decided_by})" if state.decided_by and parts else "")
 
 
 def wait_gangs_settled(api: client.ApiClient, gangs: list[Gang], complete: int, timeout: float,
@@ -450,7 +471,8 @@ def wait_pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang
         c = pod_group_condition(api, backend, gang)
         raise AssertionError(f"{what}: not within {timeout:g} s; the PodGroup " + (
             "is gone" if c is None else "has no such condition" if not c else
-            f"says {c.get('status')}/{c.get('reason')}: {c.get('message', '')[:200]}")) from None
+            f"says {c.get('status')}/{c.get('reason')}: {c.get('message', '')[:200]}")
+            + (f" ({gang.decided_by})" if not c and gang.decided_by else "")) from None
 
 
 def wait_pods_bound(api: client.ApiClient, ns: str, names: list[str], timeout: float, what: str) -> dict:

@@ -37,11 +37,13 @@ from clusterproof.provision import toolchain
 def native_backend(api: client.ApiClient, profile) -> Backend:
     """Native gang scheduling, in the newest API version the server's discovery lists Workloads in
     (``NATIVE_APIS``): a 1.35 cluster is judged with v1alpha1, a 1.36 with v1alpha2, a 1.37 with v1beta1."""
-    b = Backend("native", "default-scheduler", "native gang scheduling (default-scheduler)", NATIVE_GANG_TIMEOUT_S)
+    name = profile.gang_native_scheduler_name
+    b = Backend("native", name, f"native gang scheduling ({name})", NATIVE_GANG_TIMEOUT_S)
     if not profile.gang_native:
         b.skip = "not checked by this profile (gang_native: false; see clusterproof/config/profiles/native-gang.yaml)"
         return b
-    b.api = serving(api, NATIVE_APIS, "workloads") or ""
+    b.served = serving(api, NATIVE_APIS, "workloads") or ""
+    b.api = profile.gang_native_api or b.served
     if not b.api:
         b.skip = (f"native gang scheduling not served: discovery lists no Workload in {', '.join(NATIVE_APIS)} ("
                   + kubeversions.enable_hint(check_reachable(api)["gitVersion"], "the Workload API")
@@ -49,7 +51,7 @@ def native_backend(api: client.ApiClient, profile) -> Backend:
         return b
     legacy = b.api == LEGACY_NATIVE_API
     b.description = (f"native gang scheduling ({b.api} Workload" + ("" if legacy else " and PodGroup")
-                     + ", pods' " + ("spec.workloadRef" if legacy else "spec.schedulingGroup") + "; default-scheduler)")
+                     + ", pods' " + ("spec.workloadRef" if legacy else "spec.schedulingGroup") + f"; {name})")
     return b
 
 

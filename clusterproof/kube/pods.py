@@ -57,8 +57,10 @@ def create_pods(api: client.ApiClient, ns: str, bodies: list[dict], workers: int
     """
     def create(body: dict) -> dict:
         # create_object: a create whose connection broke is sent again, and our own first attempt
-        # (a 409 on a pod bearing our marks) is taken for what it is.
-        return create_object(api, pods_path(ns), body)
+        # (a 409 on a pod bearing our marks) is taken for what it is. Strict field validation: a field this
+        # server does not know (1.35's spec.workloadRef on a 1.37 server) is refused, not silently dropped --
+        # a gang member without its membership would be a plain pod judged as a gang's.
+        return create_object(api, pods_path(ns), body, {"fieldValidation": "Strict"})
     with ThreadPoolExecutor(max_workers=min(workers, max(1, len(bodies)))) as pool:
         return {p["metadata"]["name"]: p for p in pool.map(create, bodies)}
 
