@@ -203,3 +203,18 @@ def test_a_long_key_keeps_the_figure_name_and_the_test_parameters():
     long_name = "x :: " + "projected egress at 7,500 nodes: Endpoints, protobuf, truncated at 1,000 (today)"
     assert compare.short_key(long_name, 40) == long_name[5:42] + "..."
     assert compare.short_key("suites/test_a.py::test_b :: c", 90) == "test_a::test_b :: c"
+
+
+@pytest.mark.unit
+def test_a_check_green_on_one_version_and_skipped_on_the_other_is_listed_first_with_its_reason():
+    """The pre-upgrade table (make upgrade-check): a check that passed at FROM and is skipped at TO comes before
+    every figure, with the skip's own line."""
+    base = _summary({"p99": (1.0, "s", "lower")}, {"gang[native]": "passed"})
+    now = _summary({"p99": (1.0, "s", "lower")}, {"gang[native]": "skipped"})
+    now["checks"]["gang[native]"]["message"] = "native gang scheduling not served: discovery lists no Workload"
+    c = compare.compare(base, now, TOL)
+    [flip] = c.flips
+    assert (flip.baseline, flip.now) == ("passed", "skipped") and "not served" in flip.reason
+    text = compare.text_report(compare.Comparison.from_json(json.loads(json.dumps(c.to_json()))))
+    assert text.index("checks that flipped") < text.index("p99") and "(native gang scheduling not served" in text
+    assert "not served" in compare.html_report(c)

@@ -77,6 +77,7 @@ class Flip:
     title: str
     baseline: str
     now: str
+    reason: str = ""       # the failed or skipped side's own line (its failure message, its skip reason)
 
     @property
     def regressed(self) -> bool:
@@ -217,7 +218,8 @@ def compare(baseline: dict, candidate: dict, tol: Tolerance) -> Comparison:
         b, n = base_c.get(check, {}), now_c.get(check, {})
         if b.get("outcome") != n.get("outcome"):
             flips.append(Flip(check, n.get("title") or b.get("title") or check,
-                              b.get("outcome", "absent"), n.get("outcome", "absent")))
+                              b.get("outcome", "absent"), n.get("outcome", "absent"),
+                              n.get("message") or b.get("message") or ""))
     flips.sort(key=lambda f: (not f.regressed, f.check))
     return Comparison(baseline.get("run", {}), candidate.get("run", {}), rows, flips)
 
@@ -277,7 +279,8 @@ def text_report(c: Comparison, limit: int | None = None) -> str:
     out = [f"baseline: {described(c.baseline)}   now: {described(c.candidate)}"]
     if c.flips:
         out.append("checks that flipped:")
-        out.append(text_table((), [[f.baseline, f"-> {f.now}", f.title] for f in c.flips], ">", indent="  "))
+        out.append(text_table((), [[f.baseline, f"-> {f.now}", f.title + (f" ({f.reason[:160]})" if f.reason else "")]
+                                   for f in c.flips], ">", indent="  "))
     rows = [r for r in c.rows if r.verdict in ("regressed", "improved")] if limit else c.rows
     w = min(max([len(short_key(r.key, 10**6)) for r in rows] + [6]), 90)
     out.append(text_table(["figure", "baseline", "now", "unit", "change", "tol", "verdict"],
@@ -298,9 +301,10 @@ def html_report(c: Comparison) -> str:
              f"<p>Baseline: {e(described(c.baseline))}. Now: {e(described(c.candidate))}.</p>"]
     if c.flips:
         parts.append("<h4>Checks that flipped</h4><table border=1 cellpadding=3 style='border-collapse:collapse'>"
-                     "<tr><th>check</th><th>baseline</th><th>now</th></tr>")
+                     "<tr><th>check</th><th>baseline</th><th>now</th><th>why</th></tr>")
         parts += [f"<tr><td>{e(f.title)}</td><td>{e(f.baseline)}</td><td style='color:"
-                  f"{'#c62828' if f.regressed else '#2e7d32'}'>{e(f.now)}</td></tr>" for f in c.flips]
+                  f"{'#c62828' if f.regressed else '#2e7d32'}'>{e(f.now)}</td><td>{e(f.reason)}</td></tr>"
+                  for f in c.flips]
         parts.append("</table>")
     parts.append("<h4>Figures</h4><table border=1 cellpadding=3 style='border-collapse:collapse'><tr><th>figure"
                  "</th><th>unit</th><th>better</th><th>baseline</th><th>now</th><th>change</th><th>tolerance</th>"
