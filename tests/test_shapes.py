@@ -108,14 +108,14 @@ def test_a_field_the_table_does_not_know_is_named(pod_schemas):
     """Negative control: the schema of a later Kubernetes, with one more field in the pod's spec, in a container's
     security context and in the pod's metadata, and a type the table has never seen under an admitted field."""
     later = copy.deepcopy(pod_schemas)
-    later[shapes.CORE + "PodSpec"]["properties"]["schedulingGroup"] = {"type": "object"}
+    later[shapes.CORE + "PodSpec"]["properties"]["placementHint"] = {"type": "object"}
     later[shapes.CORE + "SecurityContext"]["properties"]["userNamespace"] = {"type": "string"}
     later[shapes.META + "ObjectMeta"]["properties"]["owner"] = {"type": "string"}
     later[shapes.CORE + "Toleration"]["properties"]["window"] = {
         "allOf": [{"$ref": "#/components/schemas/" + shapes.CORE + "TolerationWindow"}]}
     later[shapes.CORE + "TolerationWindow"] = {"properties": {"from": {"type": "string"}}}
     named = shapes.unclassified(later)
-    assert named == sorted([f"{shapes.CORE}PodSpec.schedulingGroup", f"{shapes.CORE}SecurityContext.userNamespace",
+    assert named == sorted([f"{shapes.CORE}PodSpec.placementHint", f"{shapes.CORE}SecurityContext.userNamespace",
                             f"{shapes.META}ObjectMeta.owner", f"{shapes.CORE}Toleration.window"]), named
     later[shapes.CORE + "Toleration"]["properties"].pop("window")
     with_type = copy.deepcopy(later)
@@ -143,7 +143,7 @@ SAMPLES: dict[str, dict[str, object]] = {
         "resourceClaims": [{"name": "c", "resourceClaimName": "claim"}],
         "resources": {"requests": {"cpu": "10m"}, "limits": {"cpu": "10m"}},
         "initContainers": "(a second container named 'first')", "ephemeralContainers": [
-            {"name": "debug", "image": "busybox"}]},
+            {"name": "debug", "image": "busybox"}], "evictionResponders": [{"name": "example.com/responder"}]},
     C + "Container": {
         "args": ["x"], "workingDir": "/tmp", "ports": [{"containerPort": 80}], "env": [{"name": "A", "value": "b"}],
         "envFrom": [{"configMapRef": {"name": "c"}}], "resizePolicy": [{"resourceName": "cpu",

@@ -111,10 +111,11 @@ def test_a_malformed_version_is_one_line_naming_the_key(value):
 
 @pytest.mark.cluster
 def test_a_version_the_proxy_does_not_serve_ends_the_build_with_one_line(tmp_path, monkeypatch):
-    """The real module proxy: k8s.io/kubernetes v1.34.99 does not exist (a download only, no build)."""
+    """The real module proxy: k8s.io/kubernetes v1.37.99 (a known minor, a patch that does not exist; a download
+    only, no build)."""
     monkeypatch.setenv("CLUSTERPROOF_CACHE", str(tmp_path))
     with pytest.raises(HarnessError) as e:
-        toolchain.ensure(toolchain.kubernetes("v1.34.99"), progress=lambda m: None)
+        toolchain.ensure(toolchain.kubernetes("v1.37.99"), progress=lambda m: None)
     msg = str(e.value)
-    assert "k8s.io/kubernetes@v1.34.99" in msg and "the module proxy does not serve it" in msg, msg
+    assert "k8s.io/kubernetes@v1.37.99" in msg and "the module proxy does not serve it" in msg, msg
     assert "\n" not in msg

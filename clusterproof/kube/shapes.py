@@ -103,6 +103,8 @@ TYPES: dict[str, dict[str, Field]] = {
                              "cluster's admission about a wildcard toleration never run"),
         "workloadRef": s("native gang scheduling (Kubernetes 1.35): the pod's Workload and pod group"),
         "schedulingGroup": s("native gang scheduling (Kubernetes 1.36 and later): the pod's PodGroup"),
+        "evictionResponders": no("alpha in 1.37 (EvictionRequestAPI): controllers that may hold up an eviction of "
+                                 "the pod; no pod of the harness names one"),
         "dnsPolicy": srv("defaulted to ClusterFirst (the only value admitted)"),
         "serviceAccountName": srv("defaulted to the namespace's default ServiceAccount (the only one admitted)"),
         "serviceAccount": srv("the deprecated alias of serviceAccountName, filled in by the API server"),
