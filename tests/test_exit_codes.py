@@ -278,7 +278,9 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 
 
 SLO_SUITES = ["suites/test_api_overload.py", "suites/test_burst_pod_creation.py", "suites/test_cluster_scale.py"]
-BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in SLO_SUITES], "--cp-profile", "smoke"]
+# ... and the suite whose bounds are a fraction of a second, alone with them (./proof ALONE_SUITES)
+ALONE = [*SLO_SUITES, "suites/test_prometheus_limits.py"]
+BESIDE = ["-m", "pytest", "suites", *[f"--ignore={s}" for s in ALONE], "--cp-profile", "smoke"]
 HOST_STATE = "tests/test_host_state.py"
 GUEST = "tests/test_permissions.py"
 SELF = ["-m", "pytest", "tests", f"--ignore={HOST_STATE}", f"--ignore={GUEST}", "--cp-profile", "smoke", "-n", "5",
@@ -316,7 +318,7 @@ def test_proof_test_runs_its_steps_and_stops_at_the_first_failing_one_with_its_c
         ["-m", "clusterproof.prometheus.history", "--cp-profile", "smoke"], *sorted([BESIDE, SELF]),
         *sorted([["-m", "pytest", HOST_STATE, "--cp-profile", "smoke"],
                  ["-m", "pytest", GUEST, "--cp-profile", "smoke"]]),
-        ["-m", "pytest", *SLO_SUITES, "--cp-profile", "smoke"],
+        ["-m", "pytest", *ALONE, "--cp-profile", "smoke"],
         ["-m", "pytest", "suites/test_cluster_scale.py", "--cp-profile", "nightly"]][:steps]
     if steps > 1:
         assert "proof test: .venv/bin/python -m pytest suites --ignore" in run.stdout, run.stdout
