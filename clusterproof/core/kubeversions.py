@@ -137,20 +137,21 @@ def server_minor(git_version: str) -> Minor | None:
 def gates(version: str, extra: str = "") -> str:
     """``--kube-feature-gates`` for ``version``: its row's gates, then the profile's own ``extra``
     (``A=true,B=false``; a gate named in both takes the profile's value)."""
-    merged = {g: "true" for g in release(version).gates}
-    for item in filter(None, (x.strip() for x in extra.split(","))):
-        name, _, value = item.partition("=")
-        merged[name.strip()] = value.strip() or "true"
-    return ",".join(f"{g}={v}" for g, v in merged.items())
+    return _merged(release(version).gates, extra)
 
 
 def runtime_config(version: str, extra: str = "") -> str:
     """``--kube-runtime-config`` for ``version``: its row's APIs, then the profile's ``extra``."""
-    merged = {gv: "true" for gv in release(version).runtime_config}
+    return _merged(release(version).runtime_config, extra)
+
+
+def _merged(turned_on, extra: str) -> str:
+    """``name=true`` for each of ``turned_on``, then ``extra``'s ``name=value`` items over them, in one flag."""
+    merged = {name: "true" for name in turned_on}
     for item in filter(None, (x.strip() for x in extra.split(","))):
         name, _, value = item.partition("=")
         merged[name.strip()] = value.strip() or "true"
-    return ",".join(f"{gv}={v}" for gv, v in merged.items())
+    return ",".join(f"{k}={v}" for k, v in merged.items())
 
 
 def enable_hint(git_version: str, what: str) -> str:
