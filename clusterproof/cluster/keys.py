@@ -9,6 +9,7 @@ from pydantic import BeforeValidator, Field, StringConstraints
 
 from clusterproof.cluster.node_plan import node_plan, node_pod_cidrs
 from clusterproof.core import kubeversions
+from clusterproof.core.errors import HarnessError
 from clusterproof.core.keygroup import Fraction, KeyGroup, LabelValues, Pos, PosFloat, QualifiedName
 
 # The embedded cluster's Go components and the Go runtime settings a profile may give each
@@ -92,11 +93,11 @@ class ClusterKeys(KeyGroup):
                 raise ValueError(f"component_go_env {name}: GOMEMLIMIT {limit!r} is a size (e.g. 4GiB)")
         if p.node_pod_cidr:
             node_pod_cidrs(p.node_pod_cidr, p.nodes)   # raises ValueError with the reason
-        version = p.kubernetes_version
-        if kubeversions.TAG.match(version) and kubeversions.MINORS.get(kubeversions.minor_of(version)) is None:
-            raise ValueError(f"kubernetes_version {version} is not a version this harness knows how to "
-                             f"run and judge (known: {kubeversions.known()}); add its row to "
-                             "clusterproof/core/kubeversions.py (docs/versions.md)")
+        if kubeversions.TAG.match(p.kubernetes_version):   # else the pattern's own line
+            try:
+                kubeversions.release(p.kubernetes_version)
+            except HarnessError as e:
+                raise ValueError(str(e)) from None
 
 
 KEYS = ClusterKeys

@@ -2,7 +2,7 @@
 row a minor, each fact with the source line or release note that says why. Nothing else in the harness
 asks which version it runs: the embedded control plane takes its gates and runtime-config from here, the
 build takes its Go toolchain from here, and the suites read the server's own discovery for the APIs they
-speak (``clusterproof.kube.discovery``), naming this table only in a skip line that says what would turn
+speak (``clusterproof.kube.client.serving``), naming this table only in a skip line that says what would turn
 an API on.
 
 Adding the next version: a row with the tag the Go module proxy serves (``go list -m`` cannot list
@@ -47,6 +47,7 @@ class Minor:
 # podGroupTemplateRef). Which one a server serves is read from its discovery, never from its version.
 NATIVE_GANG_APIS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3", "scheduling.k8s.io/v1alpha2",
                     "scheduling.k8s.io/v1alpha1")
+LEGACY_NATIVE_GANG_API = NATIVE_GANG_APIS[-1]    # the one whose pods name a Workload, not a PodGroup (1.35)
 MAP_GATE = "MutatingAdmissionPolicy"
 WORKLOAD_GATE = "GenericWorkload"
 
@@ -110,9 +111,9 @@ def release(version: str) -> Minor:
     Any patch of a known minor is accepted (its gates and APIs are the minor's); ``tested`` says which was."""
     m = MINORS.get(minor_of(version))
     if m is None:
-        raise HarnessError(f"Kubernetes {version} is not a version this harness knows how to run and judge "
-                           f"(known: {known()}); add its row to clusterproof/core/kubeversions.py "
-                           "(docs/versions.md says how)")
+        raise HarnessError(f"kubernetes_version {version} is not a version this harness knows how to run and "
+                           f"judge (known: {known()}); add its row to clusterproof/core/kubeversions.py "
+                           "(docs/versions.md)")
     return m
 
 
@@ -158,7 +159,7 @@ def enable_hint(git_version: str, what: str) -> str:
     """What turns ``what`` ('the Workload API', 'MutatingAdmissionPolicy') on for a server of ``git_version``:
     its row's gates and runtime-config, or the table's newest supported row as an example."""
     m = server_minor(git_version)
-    row = m or [r for r in MINORS.values() if r.stage == "supported"][-1]
+    row = m or release(supported()[-1])
     workload = "Workload" in what
     gs = [g for g in row.gates if g in ((WORKLOAD_GATE, "GangScheduling") if workload else (MAP_GATE,))]
     apis = [gv for gv in row.runtime_config if gv.startswith("scheduling" if workload else "admission")]

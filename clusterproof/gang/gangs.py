@@ -39,7 +39,7 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"        # Coscheduling's member
 GANG_LABEL = "clusterproof.io/gang"                      # ours, on every gang pod (both backends)
 PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 NATIVE_APIS = kubeversions.NATIVE_GANG_APIS       # newest first; the server's discovery says which it serves
-LEGACY_NATIVE_API = "scheduling.k8s.io/v1alpha1"       # the one whose pods name a Workload, not a PodGroup
+LEGACY_NATIVE_API = kubeversions.LEGACY_NATIVE_GANG_API   # 1.35's: pods name a Workload, not a PodGroup
 TEMPLATE = "workers"                                   # the one pod group (template) of each gang
 TIMED_OUT = "rejected due to timeout"          # the scheduler framework's Permit-timeout message
 # The native gang's Permit timeout is a constant, not configurable: 1.35's DefaultSchedulingTimeoutDuration
@@ -84,7 +84,7 @@ def declaration(backend: str, api: str, ns: str, gang: str, min_count: int, run_
                                          "kind": "PodGroup", "metadata": meta, "spec": spec})]
     gang_policy = {"gang": {"minCount": min_count}}
     if api == LEGACY_NATIVE_API:
-        return [(f"/apis/{api}/namespaces/{ns}/workloads", {
+        return [(native_path(api, ns, "workloads"), {
             "apiVersion": api, "kind": "Workload", "metadata": meta,
             "spec": {"podGroups": [{"name": TEMPLATE, "policy": gang_policy}]}})]
     workload = {"apiVersion": api, "kind": "Workload", "metadata": meta,
@@ -93,7 +93,12 @@ def declaration(backend: str, api: str, ns: str, gang: str, min_count: int, run_
            if api.endswith("/v1alpha2") else {"workloadRef": {"workloadName": gang, "templateName": TEMPLATE}})
     group = {"apiVersion": api, "kind": "PodGroup", "metadata": metadata(gang, run_id, {GANG_LABEL: gang}),
              "spec": {**ref, "schedulingPolicy": gang_policy}}
-    return [(f"/apis/{api}/namespaces/{ns}/workloads", workload), (f"/apis/{api}/namespaces/{ns}/podgroups", group)]
+    return [(native_path(api, ns, "workloads"), workload), (native_path(api, ns, "podgroups"), group)]
+
+
+def native_path(api: str, ns: str, resource: str, name: str = "") -> str:
+    """A native gang object's path in ``api``: the ``resource`` collection of ``ns``, or its object ``name``."""
+    return f"/apis/{api}/namespaces/{ns}/{resource}" + (f"/{name}" if name else "")
 
 
 def membership(backend: str, api: str, pod: dict, gang: str) -> dict:
@@ -446,7 +451,7 @@ def pod_group_condition(api: client.ApiClient, backend: Backend, gang: Gang) -> 
     """The condition the scheduler wrote on ``gang``'s native PodGroup (``scheduled_condition``; its
     schedule_one_podgroup.go: True/Scheduled once the group's quorum is placed; False/Unschedulable when a
     PodGroup cycle could not place it); {} while none is written; None if the PodGroup is gone."""
-    pg = get_if_present(api, f"/apis/{backend.api}/namespaces/{gang.namespace}/podgroups/{gang.name}")
+    pg = get_if_present(api, native_path(backend.api, gang.namespace, "podgroups", gang.name))
     if pg is None:
         return None
     kind = scheduled_condition(backend)

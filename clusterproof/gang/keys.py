@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from clusterproof.core.keygroup import KeyGroup, Pos
+from clusterproof.core.kubeversions import NATIVE_GANG_APIS
 
 
 class GangKeys(KeyGroup):
@@ -21,8 +22,7 @@ class GangKeys(KeyGroup):
     gang_scale_timeout_s: Pos
     gang_native: bool
     gang_native_scheduler_name: Annotated[str, Field(min_length=1)]
-    gang_native_api: Literal["", "scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3",
-                             "scheduling.k8s.io/v1alpha2", "scheduling.k8s.io/v1alpha1"]
+    gang_native_api: Literal[("", *NATIVE_GANG_APIS)]
     # Kueue and JobSet (clusterproof/cluster/kueue.py)
     kueue_admission: bool
     kueue_api_qps: Pos

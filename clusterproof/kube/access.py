@@ -481,7 +481,7 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
                              "metadata": metadata(name, PROBE_RUN),
                              "spec": {"minMember": 1, "minResources": {"cpu": "1"}}}))
     elif native := next((gv for gv in kubeversions.NATIVE_GANG_APIS if gv in served), None):
-        legacy = native == kubeversions.NATIVE_GANG_APIS[-1]
+        legacy = native == kubeversions.LEGACY_NATIVE_GANG_API
         out.append(Probe("clusterproof-gangs", f"a Workload in {pool} of another shape", "POST",
                          f"/apis/{native}/namespaces/{pool}/workloads", {
                              "apiVersion": native, "kind": "Workload", "metadata": metadata(name, PROBE_RUN),
