@@ -487,6 +487,16 @@ def probes(pool: str, node: str | None, destructive: bool, borrowable: dict | No
                              "apiVersion": native, "kind": "Workload", "metadata": metadata(name, PROBE_RUN),
                              "spec": {"podGroups": [{"name": "workers", "policy": {"basic": {}}}]} if legacy else
                              {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"basic": {}}}]}}))
+        if not legacy:   # from 1.36 the PodGroup is an object of its own: one no run makes (disrupted as a whole)
+            out.append(Probe("clusterproof-gangs", f"a native PodGroup in {pool} of another shape", "POST",
+                             f"/apis/{native}/namespaces/{pool}/podgroups", {
+                                 "apiVersion": native, "kind": "PodGroup", "metadata": metadata(name, PROBE_RUN),
+                                 "spec": {**({"podGroupTemplateRef": {"workload": {
+                                              "workloadName": name, "podGroupTemplateName": "workers"}}}
+                                             if native.endswith("/v1alpha2") else
+                                             {"workloadRef": {"workloadName": name, "templateName": "workers"}}),
+                                          "schedulingPolicy": {"gang": {"minCount": 1}},
+                                          "disruptionMode": {"all": {}}}}))
     if destructive:
         out.append(Probe("clusterproof-fixed-names", "the flood's FlowSchema at the exempt priority level", "POST",
                          "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
