@@ -1,5 +1,5 @@
 """Training jobs admitted through Kueue: whole or not at all against quota, requeued rather than deadlocked,
-preempted whole, refused while Kueue is down, placed in one rack when asked.
+preempted whole, never overtaken by smaller later ones, refused while Kueue is down, placed in one rack when asked.
 
 A team running a large GPU cluster today admits its training jobs through
 Kueue (quota per ClusterQueue, all-or-nothing admission of a workload) and
@@ -20,6 +20,7 @@ from kubernetes.client import ApiException
 from clusterproof.cluster import kueue
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.gang import kueue_jobs as kq
+from clusterproof.gang.gangs import node_labels
 from clusterproof.kube.client import delete_if_present
 
 pytestmark = pytest.mark.kueue
@@ -104,6 +105,51 @@ def test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of_one(cl
         q.delete(api)
         for path in classes:
             delete_if_present(api, path)
+
+
+def test_a_waiting_large_jobset_is_not_overtaken_by_smaller_ones_submitted_after_it(cluster, profile, run_id,
+                                                                                    kueue_namespace, kueue_nodes,
+                                                                                    figures):
+    """A JobSet as large as the quota waits behind running JobSets of 2; each time one finishes, a new JobSet of 2
+    is submitted. In a StrictFIFO ClusterQueue (``kueue_queueing``) the large one, first in line, keeps the freed
+    quota and is admitted whole once the older ones are done. Red: a newcomer admitted past it (named), so under
+    a steady stream of small jobs it never starts."""
+    api, n, gpus, ns = cluster.api, profile.gang_nodes, profile.node_gpus, kueue_namespace
+    q = kq.make_queues(api, run_id, ns, f"fifo-{run_id[-6:]}", kueue_nodes.place, gpu_quota=n * gpus,
+                       queueing=profile.kueue_queueing)
+    queue = q.local_queue if profile.kueue_admission else None
+    elders = [f"running-{i}" for i in range(n // 2)]
+    newcomers = [f"newcomer-{i}" for i in range(len(elders))]
+    try:
+        for name in elders:
+            kq.submit(api, ns, kq.jobset(name, run_id, queue, 2, gpus))
+        for name in elders:
+            _wait_all_bound(api, ns, name, 2, profile, f"JobSet {name} (2 pods)")
+        kq.submit(api, ns, kq.jobset("large", run_id, queue, n, gpus))
+        wait_for(lambda: kq.workload_of(api, ns, "large"), timeout=profile.gang_bind_timeout_s, interval=0.5,
+                 what="Kueue's Workload for JobSet large (queued behind the running ones)")
+        overtook = {}
+        for elder, new in zip(elders, newcomers):
+            kq.delete_jobsets(api, ns, [elder])
+            kq.submit(api, ns, kq.jobset(new, run_id, queue, 2, gpus))
+            pods = kq.pods_within(api, ns, new, profile.gang_observe_s)
+            if pods:
+                overtook[new] = pods
+        figures.add("smaller JobSets submitted later admitted ahead of the waiting large one", len(overtook),
+                    "JobSets", 0)
+        assert not overtook, (
+            f"JobSet large ({n} pods, the whole quota, waiting before them) was overtaken by {len(overtook)} smaller "
+            f"JobSet(s) submitted after it, admitted into the quota it was waiting for: {', '.join(overtook)} "
+            f"(ClusterQueue queueingStrategy {profile.kueue_queueing}); "
+            f"{kq.describe_workload(kq.workload_of(api, ns, 'large'))} -- under a steady stream of small jobs it "
+            "never starts")
+        freed = time.monotonic()
+        _wait_all_bound(api, ns, "large", n, profile, f"JobSet large ({n} pods) once the older JobSets finished")
+        figures.add("the older JobSets finished -> the waiting large one admitted and every pod bound",
+                    time.monotonic() - freed, "s", profile.gang_bind_timeout_s)
+    finally:
+        kq.delete_jobsets(api, ns, [*elders, "large", *newcomers])
+        q.delete(api)
 
 
 LOST = {"key": "check.clusterproof.io/node-lost", "value": "kueue-requeue", "effect": "NoExecute"}
@@ -212,7 +258,7 @@ def test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted(cl
         kq.submit(api, ns, kq.jobset("one-rack", run_id, queue, per_rack, gpus, pod_annotations=one_rack))
         _wait_all_bound(api, ns, "one-rack", per_rack, profile, f"JobSet one-rack ({per_rack} pods, one rack)")
         pods = kq.pods_of(api, ns, "one-rack")
-        racks = kq.node_labels(api, list(pods.values()), rack)
+        racks = node_labels(api, list(pods.values()), rack)
         assert len(set(racks.values())) == 1 and None not in racks.values(), (
             f"JobSet one-rack ({per_rack} pods required in one rack) spans racks: "
             + ", ".join(f"{p} on {n} ({racks.get(n)})" for p, n in sorted(pods.items())))

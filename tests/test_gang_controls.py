@@ -9,8 +9,9 @@ session's embedded cluster), pointed at:
 - a cluster without the PodGroup CRD, a scheduler name nobody answers to, a
   gang larger than the cluster: one clear line each, no hang;
 - native gangs on a scheduler without the GangScheduling plugin: red, naming
-  the plugin; 1.35's gang manifest on the pinned (newer) server: refused, the
-  check naming the version the server serves.
+  the plugin (the Job controller's gang and the one-rack gang too); 1.35's
+  gang manifest on the pinned (newer) server: refused, the check naming the
+  version the server serves.
 
 After every run, no pod, PodGroup or Workload of that run may be left.
 """
@@ -114,18 +115,24 @@ NATIVE = ["gang_native=true", "gang_bind_timeout_s=20", "gang_observe_s=10"]
 def test_native_gangs_on_a_scheduler_without_the_gang_plugin_fail_naming_the_plugin(cluster, profile, tmp_path):
     """The native checks pointed at a scheduler that has no GangScheduling plugin (the harness's Coscheduling
     build, Kubernetes 1.34 libraries: the plugin came in 1.35): the gangs bind member by member, and the
-    exactness checks are red naming the partial gang and the plugin that should have decided it."""
+    exactness checks are red naming the partial gang and the plugin that should have decided it; the Job
+    controller's gang gets no verdict on its PodGroup; a gang required in one rack is spread over two."""
     run_id, run = _run(cluster, profile, tmp_path, *NATIVE,
                        f"gang_native_scheduler_name={coscheduling.OWN_SCHEDULER}",
-                       select="native and (all_together or deadlock)")
+                       select="native and (all_together or deadlock or job_controller or one_rack)")
     assert run.returncode == 1, run.output[-3000:]
     # The gang that fits binds member by member too, but no scheduler writes its PodGroup's verdict.
     expected = {"test_gang_is_bound_all_together_or_not_at_all[native]": "the PodGroup has no such condition",
-                "test_competing_gangs_do_not_deadlock[native]": "is partially bound"}
-    assert set(run.failures) == set(expected), run.output[-3000:]
+                "test_competing_gangs_do_not_deadlock[native]": "is partially bound",
+                "test_a_gang_job_gets_its_pod_group_from_the_job_controller_and_is_bound_whole[native]":
+                    "the PodGroup has no such condition"}
+    rack = "test_a_pod_group_that_requires_one_rack_lands_in_one_rack_or_not_at_all[native]"
+    assert set(run.failures) == {*expected, rack}, run.output[-3000:]
     for test, said in expected.items():
         msg = run.failures[test]
         assert said in msg and "GangScheduling plugin" in msg and repr(coscheduling.OWN_SCHEDULER) in msg, msg
+    assert "gang wider-than-a-rack" in run.failures[rack] and "was bound across racks" in run.failures[rack], \
+        run.failures[rack]
     _assert_nothing_left(cluster, run_id)
 
 

@@ -50,3 +50,28 @@ def test_every_native_api_is_declared_and_coscheduling_is_one_pod_group_with_its
     assert body["spec"] == {"minMember": 2, "scheduleTimeoutSeconds": 15} and "scheduling.x-k8s.io" in path
     assert membership("coscheduling", "", _pod(), "g")["metadata"]["labels"] == {
         "scheduling.x-k8s.io/pod-group": "g"}
+
+
+@pytest.mark.unit
+def test_a_gang_required_in_one_rack_says_so_on_its_template_and_its_pod_group():
+    (_, workload), (_, group) = declaration("native", "scheduling.k8s.io/v1beta1", "ns", "g", 2, "r",
+                                            topology="example.com/rack")
+    want = {"topology": [{"key": "example.com/rack"}]}
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingConstraints"] == want
+    assert group["spec"]["schedulingConstraints"] == want
+    assert "schedulingConstraints" not in declaration("native", "scheduling.k8s.io/v1beta1", "ns", "g", 2, "r")[1][1][
+        "spec"]
+
+
+@pytest.mark.parametrize("how,scheduling", [("indexed", None),
+                                            ("spec.scheduling", {"schedulingPolicy": {"gang": {}}})])
+@pytest.mark.unit
+def test_a_gang_job_asks_for_its_gang_as_its_version_reads_it(how, scheduling):
+    from clusterproof.gang.gangs import Backend, Placement
+    from clusterproof.gang.jobs import gang_job
+    job = gang_job("j", "r", 4, Backend("native", "default-scheduler", "", 300), Placement({"a": "b"}), 8, how)
+    spec = job["spec"]
+    assert (spec["parallelism"], spec["completions"], spec["completionMode"]) == (4, 4, "Indexed")
+    assert spec.get("scheduling") == scheduling
+    assert spec["template"]["spec"]["restartPolicy"] == "Never" and \
+        spec["template"]["metadata"]["labels"]["clusterproof.io/gang"] == "j"

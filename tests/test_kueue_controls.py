@@ -27,6 +27,7 @@ PREEMPT = "test_a_higher_priority_jobset_preempts_a_whole_workload_never_part_of
 REQUEUE = "test_a_gang_that_cannot_become_ready_is_requeued_and_the_one_behind_it_admitted"
 DOWN = "test_with_kueues_webhook_down_a_jobset_is_refused_never_admitted_without_quota"
 TOPOLOGY = "test_a_jobset_that_requires_one_rack_lands_in_one_rack_or_is_not_admitted"
+FIFO = "test_a_waiting_large_jobset_is_not_overtaken_by_smaller_ones_submitted_after_it"
 FAIL_CLOSED = "test_kueues_webhooks_refuse_a_job_while_kueue_is_down_rather_than_admit_it"
 FAULT_BOUNDS = ("gang_bind_timeout_s=30",)
 
@@ -45,12 +46,15 @@ def test_jobsets_submitted_past_kueue_start_partly_and_the_check_says_so(cluster
     assert f"JobSet waits ({profile.gang_nodes} pods against a quota of" in msg and "started partly" in msg, msg[:3000]
 
 
-def test_a_cluster_queue_that_never_preempts_and_nodes_without_topology_labels_and_the_checks_say_so(
+def test_a_queue_that_never_preempts_or_lets_newer_jobs_past_and_unlabelled_racks_are_caught(
         cluster, profile, tmp_path, kueue_started):
     run = _run(profile, tmp_path, "kueue_preemption=Never", "topology_nodes_per_rack=0",
-               select=f"{PREEMPT} or {TOPOLOGY}", kubeconfig=cluster.kubeconfig)
+               "kueue_queueing=BestEffortFIFO", select=f"{PREEMPT} or {TOPOLOGY} or {FIFO}",
+               kubeconfig=cluster.kubeconfig)
     assert run.returncode == 1, run.output[-3000:]
-    preempt, topology = run.failures.get(PREEMPT, ""), run.failures.get(TOPOLOGY, "")
+    preempt, topology, fifo = (run.failures.get(name, "") for name in (PREEMPT, TOPOLOGY, FIFO))
+    assert "JobSet large" in fifo and "overtaken by" in fifo and "newcomer-0" in fifo \
+        and "BestEffortFIFO" in fifo, fifo[:3000]
     assert "JobSet high" in preempt and "admitted and every pod bound" in preempt and "0 of" in preempt, \
         preempt[:3000]
     assert "JobSet one-rack" in topology and "0 of" in topology, topology[:3000]

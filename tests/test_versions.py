@@ -119,3 +119,14 @@ def test_a_version_the_proxy_does_not_serve_ends_the_build_with_one_line(tmp_pat
     msg = str(e.value)
     assert "k8s.io/kubernetes@v1.37.99" in msg and "the module proxy does not serve it" in msg, msg
     assert "\n" not in msg
+
+
+@pytest.mark.unit
+def test_the_alpha_gang_gates_come_only_when_the_profile_asks_and_only_where_the_version_has_them():
+    assert kubeversions.gates("v1.35.4", alpha=True) == kubeversions.gates("v1.35.4")
+    assert kubeversions.gates("v1.37.2", alpha=True) == \
+        "GenericWorkload=true,WorkloadWithJob=true,TopologyAwareWorkloadScheduling=true"
+    assert kubeversions.gates("v1.36.3", "WorkloadWithJob=false", alpha=True).endswith(
+        "WorkloadWithJob=false,TopologyAwareWorkloadScheduling=true")
+    assert [kubeversions.release(v).job_gang for v in ("v1.35.4", "v1.36.3", "v1.37.2", "v1.38.0-beta.0")] == \
+        ["", "indexed", "spec.scheduling", "spec.scheduling"]

@@ -56,6 +56,7 @@ class ClusterKeys(KeyGroup):
     cluster_start_timeout_s: Pos
     bringup_timeout_s: Pos
     kube_feature_gates: str
+    kube_alpha_gates: bool
     kube_runtime_config: str
     component_identities: bool
     component_go_env: GoEnv

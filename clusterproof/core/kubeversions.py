@@ -34,6 +34,14 @@ class Minor:
     go: str
     gates: dict[str, str] = field(default_factory=dict)           # feature gate turned on -> why
     runtime_config: dict[str, str] = field(default_factory=dict)  # group/version turned on -> why
+    # Alpha gates of native gang features the gang suite judges when the profile turns them on
+    # (``kube_alpha_gates``): gate -> what it adds, and where.
+    alpha_gates: dict[str, str] = field(default_factory=dict)
+    # How a Job asks the Job controller for a gang (WorkloadWithJob): "indexed" (1.36: an Indexed Job whose
+    # completions equal its parallelism > 1 is one, pkg/controller/job/util/utils.go IsGangSchedulingCandidate);
+    # "spec.scheduling" (1.37: spec.scheduling.schedulingPolicy.gang, minCount defaulting to parallelism,
+    # pkg/api/job/util.go defaultMinCountForJob); "" (no such controller).
+    job_gang: str = ""
     workload_api: str = ""        # the scheduling.k8s.io version that declares native gangs
     gang: str = ""                # how its native gang is declared (pods' field), for the report
     # The real nodes' kubelet when it cannot be the control plane's own version (empty: the same), and why.
@@ -50,6 +58,15 @@ NATIVE_GANG_APIS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3", "
 LEGACY_NATIVE_GANG_API = NATIVE_GANG_APIS[-1]    # the one whose pods name a Workload, not a PodGroup (1.35)
 MAP_GATE = "MutatingAdmissionPolicy"
 WORKLOAD_GATE = "GenericWorkload"
+JOB_GATE = "WorkloadWithJob"
+TOPOLOGY_GATE = "TopologyAwareWorkloadScheduling"
+# Alpha from 1.36 (pkg/features/kube_features.go of v1.36.3 and v1.37.2; TopologyAwareWorkloadScheduling beta,
+# still off by default, in v1.38.0-beta.0), both depending on GenericWorkload.
+GANG_ALPHA_GATES = {
+    JOB_GATE: "alpha since 1.36, off: the Job controller makes a gang Job's Workload and PodGroup itself "
+              "(pkg/controller/job/job_scheduling_manager.go)",
+    TOPOLOGY_GATE: "alpha since 1.36, off: a PodGroup's schedulingConstraints.topology places the whole group "
+                   "in one domain (pkg/scheduler/schedule_one_podgroup.go)"}
 
 MINORS = {m.minor: m for m in (
     Minor("1.35", "v1.35.4", "supported", "local",
@@ -65,6 +82,7 @@ MINORS = {m.minor: m for m in (
           gates={WORKLOAD_GATE: "alpha, off: Workload and PodGroup",
                  "GangScheduling": "alpha, off: adds the GangScheduling plugin (default_plugins.go)"},
           runtime_config={"scheduling.k8s.io/v1alpha2": "Workload and PodGroup (v1alpha1 removed in 1.36)"},
+          alpha_gates=GANG_ALPHA_GATES, job_gang="indexed",
           workload_api="scheduling.k8s.io/v1alpha2",
           gang="PodGroup (spec.podGroupTemplateRef), pods' spec.schedulingGroup.podGroupName"),
     Minor("1.37", "v1.37.2", "supported", "local",
@@ -72,11 +90,13 @@ MINORS = {m.minor: m for m in (
                                 "comes with GenericWorkload (default_plugins.go)"},
           runtime_config={"scheduling.k8s.io/v1beta1": "Workload and PodGroup (beta APIs are off by default; "
                                                        "v1alpha3 is served too, v1alpha2 removed)"},
+          alpha_gates=GANG_ALPHA_GATES, job_gang="spec.scheduling",
           workload_api="scheduling.k8s.io/v1beta1",
           gang="PodGroup (spec.workloadRef), pods' spec.schedulingGroup.podGroupName"),
     Minor("1.38", "v1.38.0-beta.0", "pre-release", "go1.27.3",
           gates={WORKLOAD_GATE: "beta, off by default, as in 1.37"},
           runtime_config={"scheduling.k8s.io/v1beta1": "Workload and PodGroup, as in 1.37"},
+          alpha_gates=GANG_ALPHA_GATES, job_gang="spec.scheduling",
           workload_api="scheduling.k8s.io/v1beta1",
           gang="PodGroup (spec.workloadRef), pods' spec.schedulingGroup.podGroupName",
           kubelet="v1.37.2",
@@ -135,10 +155,11 @@ def server_minor(git_version: str) -> Minor | None:
     return MINORS.get(f"1.{m[1]}") if m else None
 
 
-def gates(version: str, extra: str = "") -> str:
-    """``--kube-feature-gates`` for ``version``: its row's gates, then the profile's own ``extra``
-    (``A=true,B=false``; a gate named in both takes the profile's value)."""
-    return _merged(release(version).gates, extra)
+def gates(version: str, extra: str = "", alpha: bool = False) -> str:
+    """``--kube-feature-gates`` for ``version``: its row's gates (with ``alpha`` its alpha gang gates too), then
+    the profile's own ``extra`` (``A=true,B=false``; a gate named in both takes the profile's value)."""
+    row = release(version)
+    return _merged({**row.gates, **(row.alpha_gates if alpha else {})}, extra)
 
 
 def runtime_config(version: str, extra: str = "") -> str:

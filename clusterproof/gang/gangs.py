@@ -61,9 +61,9 @@ class Backend:
     served: str = ""               # native: the newest the server's discovery lists Workloads in
 
     def group(self, ns: str, gang: str, min_count: int, run_id: str,
-              timeout_s: float | None = None) -> list[tuple[str, dict]]:
+              timeout_s: float | None = None, topology: str = "") -> list[tuple[str, dict]]:
         """(collection path, body) of each object that declares the gang, in the order they are created."""
-        return declaration(self.name, self.api, ns, gang, min_count, run_id, timeout_s)
+        return declaration(self.name, self.api, ns, gang, min_count, run_id, timeout_s, topology)
 
     def member(self, pod: dict, gang: str) -> dict:
         """Make ``pod`` a member of ``gang``."""
@@ -71,10 +71,11 @@ class Backend:
 
 
 def declaration(backend: str, api: str, ns: str, gang: str, min_count: int, run_id: str,
-                timeout_s: float | None = None) -> list[tuple[str, dict]]:
+                timeout_s: float | None = None, topology: str = "") -> list[tuple[str, dict]]:
     """The objects that declare a gang of ``min_count`` to ``backend`` (native: in ``api``): a Coscheduling
     PodGroup; a 1.35 Workload of one gang pod group; from 1.36 the Workload (its template) and the PodGroup
-    made from it, as a workload controller would (the harness is the controller of its gangs)."""
+    made from it, as a workload controller would (the harness is the controller of its gangs). ``topology``:
+    native from 1.36, the node label whose one domain must hold the whole group (schedulingConstraints)."""
     meta = metadata(gang, run_id, {GANG_LABEL: gang})
     if backend == "coscheduling":
         spec = {"minMember": min_count}
@@ -87,12 +88,13 @@ def declaration(backend: str, api: str, ns: str, gang: str, min_count: int, run_
         return [(native_path(api, ns, "workloads"), {
             "apiVersion": api, "kind": "Workload", "metadata": meta,
             "spec": {"podGroups": [{"name": TEMPLATE, "policy": gang_policy}]}})]
+    constraints = {"schedulingConstraints": {"topology": [{"key": topology}]}} if topology else {}
     workload = {"apiVersion": api, "kind": "Workload", "metadata": meta,
-                "spec": {"podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": gang_policy}]}}
+                "spec": {"podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": gang_policy, **constraints}]}}
     ref = ({"podGroupTemplateRef": {"workload": {"workloadName": gang, "podGroupTemplateName": TEMPLATE}}}
            if api.endswith("/v1alpha2") else {"workloadRef": {"workloadName": gang, "templateName": TEMPLATE}})
     group = {"apiVersion": api, "kind": "PodGroup", "metadata": metadata(gang, run_id, {GANG_LABEL: gang}),
-             "spec": {**ref, "schedulingPolicy": gang_policy}}
+             "spec": {**ref, "schedulingPolicy": gang_policy, **constraints}}
     return [(native_path(api, ns, "workloads"), workload), (native_path(api, ns, "podgroups"), group)]
 
 
@@ -146,7 +148,7 @@ def decided_by(backend: Backend) -> str:
 
 def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
                  gangs: dict[str, int], place: Placement, gpus: int,
-                 timeout_s: float | None = None, unsatisfiable: int = 0) -> list[Gang]:
+                 timeout_s: float | None = None, unsatisfiable: int = 0, topology: str = "") -> list[Gang]:
     """Declare every gang, then create all their pods at once, interleaved (a0 b0 c0 a1 ...).
 
     ``unsatisfiable`` extra members per gang can never be placed (see
@@ -155,13 +157,14 @@ def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
     pods = sum(gangs.values()) + unsatisfiable * len(gangs)
     what = (f"gang {next(iter(gangs))}" if len(gangs) == 1 else f"{len(gangs)} gangs ({', '.join(gangs)})")
     with phase(f"create {what}: {pods} pods"):
-        return _create_gangs(api, backend, ns, run_id, gangs, place, gpus, timeout_s, unsatisfiable)
+        return _create_gangs(api, backend, ns, run_id, gangs, place, gpus, timeout_s, unsatisfiable, topology)
 
 
 def _create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str, gangs: dict[str, int],
-                  place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int) -> list[Gang]:
+                  place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int,
+                  topology: str = "") -> list[Gang]:
     for name, size in gangs.items():
-        for path, body in backend.group(ns, name, size + unsatisfiable, run_id, timeout_s):
+        for path, body in backend.group(ns, name, size + unsatisfiable, run_id, timeout_s, topology):
             try:
                 raw_request(api, "POST", path, body=body).data
             except client.ApiException as e:
@@ -389,6 +392,18 @@ def watch_nothing_binds(api: client.ApiClient, ns: str, pods: list[str], seconds
     return bound
 
 
+def wait_refused(api: client.ApiClient, gang: Gang, timeout: float) -> str:
+    """Until the scheduler has refused a member of ``gang`` (its PodScheduled=False condition, which both the
+    plugin's and the PodGroup cycle's failure write); that refusal's message."""
+    def refused() -> str:
+        pods = list_pods(api, gang.namespace, f"{GANG_LABEL}={gang.name}")
+        return next((f"pod {n}: {m or '(no message)'}" for n, p in sorted(pods.items())
+                     if (m := refusal(p)) is not None), "")
+    with phase(f"wait until the scheduler has refused gang {gang.name}"):
+        return wait_for(refused, timeout=timeout, interval=0.5,
+                        what=f"the scheduler's refusal of gang {gang.name} (PodScheduled=False on a member)")
+
+
 def timeout_rejection(pod: dict) -> str | None:
     """The scheduler's Permit-timeout rejection of ``pod`` as written on the pod itself (the message of its
     PodScheduled=False condition, the text of the FailedScheduling event), or None.
@@ -504,6 +519,12 @@ def probe_scheduler(api: client.ApiClient, ns: str, run_id: str, scheduler: str,
                            "scheduler that runs Coscheduling") from None
     finally:
         delete_pods(api, ns, [name])
+
+
+def node_labels(api: client.ApiClient, nodes: list[str], key: str) -> dict[str, str | None]:
+    """Each node's value of label ``key``."""
+    return {n: (get_if_present(api, f"/api/v1/nodes/{n}") or {}).get("metadata", {}).get("labels", {}).get(key)
+            for n in nodes}
 
 
 def usable_nodes(api: client.ApiClient, pool_label: str, exclude_pools: tuple[str, ...],

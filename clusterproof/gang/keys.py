@@ -31,6 +31,7 @@ class GangKeys(KeyGroup):
     kueue_wait_for_pods_ready: bool
     kueue_webhook_failure_policy: Literal["Fail", "Ignore"]
     kueue_preemption: Literal["LowerPriority", "Never"]
+    kueue_queueing: Literal["StrictFIFO", "BestEffortFIFO"]
     # The admission-at-scale bench (clusterproof/bench/kueue.py)
     kueue_bench_workloads: Pos
     kueue_bench_pods: Pos

@@ -58,7 +58,7 @@ class Queues:
 
 
 def make_queues(api: client.ApiClient, run_id: str, ns: str, name: str, place: Placement, gpu_quota: int,
-                preemption: dict | None = None, topology: str | None = None) -> Queues:
+                preemption: dict | None = None, topology: str | None = None, queueing: str | None = None) -> Queues:
     """The three objects, each recorded as it is made (``Queues.delete`` undoes them). The flavor steers the
     admitted pods to ``place`` (its node labels and tolerations); the quota is in GPUs, the only resource a
     rank asks for."""
@@ -72,6 +72,8 @@ def make_queues(api: client.ApiClient, run_id: str, ns: str, name: str, place: P
             {"name": q.flavor, "resources": [{"name": GPU, "nominalQuota": str(gpu_quota)}]}]}]}
     if preemption:
         cq_spec["preemption"] = preemption
+    if queueing:
+        cq_spec["queueingStrategy"] = queueing
     for path, body in (
             (f"{KUEUE_API}/resourceflavors", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                                               "metadata": metadata(q.flavor, run_id), "spec": flavor_spec}),
@@ -188,12 +190,6 @@ def make_topology(api: client.ApiClient, run_id: str, name: str, levels: list[st
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": metadata(name, run_id),
         "spec": {"levels": [{"nodeLabel": label} for label in levels]}})
     return f"{KUEUE_API}/topologies/{name}"
-
-
-def node_labels(api: client.ApiClient, nodes: list[str], key: str) -> dict[str, str | None]:
-    """Each node's value of label ``key``."""
-    return {n: (get_if_present(api, f"/api/v1/nodes/{n}") or {}).get("metadata", {}).get("labels", {}).get(key)
-            for n in nodes}
 
 
 @dataclass

@@ -170,3 +170,13 @@ def latencies(hist: dict[Key, dict[float, float]], verbs: tuple[str, ...],
         res = "/".join(x for x in (f"{resource}.{group}" if group else resource, sub) if x)
         out.append(Latency(verb, res, scope, int(buckets[math.inf]), histogram_quantile(0.99, buckets)))
     return out
+
+
+FEATURE = "kubernetes_feature_enabled"
+
+
+def features(api: client.ApiClient) -> dict[str, bool]:
+    """The API server's feature gates as it reports them on /metrics (``kubernetes_feature_enabled{name}``, 1 on);
+    {} from a server that reports none. The server's own: another component may run with other gates."""
+    return {s.labels["name"]: s.value == 1 for fam in text_string_to_metric_families(scrape(api, (FEATURE,)))
+            for s in fam.samples if s.name == FEATURE}
