@@ -130,3 +130,14 @@ def test_the_alpha_gang_gates_come_only_when_the_profile_asks_and_only_where_the
         "WorkloadWithJob=false,TopologyAwareWorkloadScheduling=true")
     assert [kubeversions.release(v).job_gang for v in ("v1.35.4", "v1.36.3", "v1.37.2", "v1.38.0-beta.0")] == \
         ["", "indexed", "spec.scheduling", "spec.scheduling"]
+
+
+@pytest.mark.unit
+def test_the_gates_a_server_runs_are_read_from_its_own_metrics(monkeypatch):
+    from clusterproof.kube import apimetrics
+    text = ('# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement\n'
+            '# TYPE kubernetes_feature_enabled gauge\n'
+            'kubernetes_feature_enabled{name="WorkloadWithJob",stage="ALPHA"} 1\n'
+            'kubernetes_feature_enabled{name="TopologyAwareWorkloadScheduling",stage="ALPHA"} 0\n')
+    monkeypatch.setattr(apimetrics, "scrape", lambda api, prefixes: text)
+    assert apimetrics.features(None) == {"WorkloadWithJob": True, "TopologyAwareWorkloadScheduling": False}
