@@ -150,7 +150,10 @@ def test_competing_gangs_do_not_deadlock(cluster, backend, dedicated, namespace,
 # (1.36+) rolls back its tentative placements when the group does not fit (pkg/scheduler/
 # schedule_one_podgroup.go). On smoke (v1.37.2, 2026-12-07) both let 2 of 2 newcomers take the freed nodes, the
 # large gang 0 of 5 bound. Kueue's StrictFIFO queueing keeps them for it: the Kueue suite's
-# test_a_waiting_large_jobset_is_not_overtaken_by_smaller_ones_submitted_after_it.
+# test_a_waiting_large_jobset_is_not_overtaken_by_smaller_ones_submitted_after_it. 1.35's alpha (v1alpha1) is not
+# judged here: its waiting gangs hold nodes at Permit until their 300 s timeout (NATIVE_HOLDS_NODES below), so
+# which gang holds the freed nodes is a race. On smoke, v1.35.4, 2026-12-08, one run passed and in the other
+# neither the large gang nor the newcomers bound within 120 s, both holding nodes.
 OVERTAKEN = pytest.mark.xfail(
     strict=True, raises=AssertionError,
     reason="no gang scheduler of kube-scheduler reserves freed nodes for a waiting gang: smaller gangs created "
@@ -158,13 +161,16 @@ OVERTAKEN = pytest.mark.xfail(
 
 
 @pytest.mark.smoke
-@OVERTAKEN
 def test_a_waiting_gang_is_not_starved_by_smaller_gangs_created_after_it(cluster, backend, dedicated, namespace,
-                                                                         run_id, profile, figures):
+                                                                         run_id, profile, request, figures):
     """A whole-node gang as large as the pool waits behind running gangs of 2; each time one finishes, a new gang
     of 2 arrives. The large gang came first: the freed nodes must wait for it, not go to the newcomers, and it is
     bound completely once the gangs older than it are done. Red: a newcomer took nodes the waiting large gang
     needed (named), so under a steady stream of small jobs it never starts."""
+    if backend.api == LEGACY_NATIVE_API:
+        pytest.skip("1.35's native gangs hold nodes at Permit until their 300 s timeout, so which waiting gang gets "
+                    "freed nodes is a race (1 of 2 runs passed on v1.35.4): judged by the competing-gangs check")
+    request.applymarker(OVERTAKEN)
     api, n, gpus = cluster.api, profile.gang_nodes, profile.node_gpus
     elders = g.create_gangs(api, backend, namespace, run_id, {f"running-{i}": 2 for i in range(n // 2)},
                             dedicated, gpus)
