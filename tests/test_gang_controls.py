@@ -37,7 +37,7 @@ EXACTNESS = {
 }
 
 
-def _run(cluster, profile, tmp_path, *sets, select="coscheduling", timeout=900):
+def _run(cluster, profile, tmp_path, *sets, select="coscheduling and not starved", timeout=900):
     run_id = f"gangctl-{os.urandom(2).hex()}"
     args = [SUITE, "--cp-kubeconfig", str(cluster.kubeconfig), "--cp-profile", profile.name,
             "--cp-run-id", run_id, "-k", select, "--cp-set=gang_native=false",
@@ -63,7 +63,7 @@ def without_podgroup_crd(cluster, run_id):
 
 def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, without_podgroup_crd, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=clusterproof-coscheduling",
-                       select="coscheduling and not large", timeout=300)
+                       select="coscheduling and not large and not starved", timeout=300)
     assert run.returncode == 1, run.output[-3000:]
     assert set(run.failures) == set(EXACTNESS), run.output[-3000:]
     for msg in run.failures.values():
@@ -75,7 +75,7 @@ def test_missing_podgroup_crd_is_one_clear_line(cluster, profile, without_podgro
 def test_stock_scheduler_fails_naming_the_partially_bound_gang(cluster, profile, tmp_path):
     run_id, run = _run(cluster, profile, tmp_path, "gang_scheduler_name=default-scheduler",
                        "gang_bind_timeout_s=20", "gang_observe_s=10",
-                       select="coscheduling and not large")
+                       select="coscheduling and not large and not starved")
     assert run.returncode == 1, run.output[-3000:]
     assert set(run.failures) == set(EXACTNESS), run.output[-3000:]
     for test, expected in EXACTNESS.items():
