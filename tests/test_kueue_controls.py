@@ -3,7 +3,8 @@ guards against, fails and names the fault.
 
 The suite runs as a user would run it (a subprocess). Checks whose fault is a setting of the check itself run
 on this session's embedded cluster (``--cp-kubeconfig``): JobSets submitted past Kueue, and (one run, each
-fault caught by its own check) a ClusterQueue that never preempts and nodes without topology labels. The two
+fault caught by its own check) a ClusterQueue that never preempts or lets newer workloads past its head
+(BestEffortFIFO), and nodes without topology labels. The two
 whose fault is Kueue's own configuration run on an embedded cluster of their own, started with that
 configuration broken: Kueue without waitForPodsReady, and Kueue's webhooks failurePolicy Ignore.
 
