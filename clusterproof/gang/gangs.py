@@ -162,7 +162,7 @@ def create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str,
 
 def _create_gangs(api: client.ApiClient, backend: Backend, ns: str, run_id: str, gangs: dict[str, int],
                   place: Placement, gpus: int, timeout_s: float | None, unsatisfiable: int,
-                  topology: str = "") -> list[Gang]:
+                  topology: str) -> list[Gang]:
     for name, size in gangs.items():
         for path, body in backend.group(ns, name, size + unsatisfiable, run_id, timeout_s, topology):
             try:

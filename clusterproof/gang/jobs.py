@@ -14,28 +14,34 @@ from clusterproof.core.progress import phase
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import wait_for
 from clusterproof.gang.gangs import GANG_LABEL, Backend, Gang, Placement, decided_by, native_path, rank
-from clusterproof.kube.client import delete_if_present, list_raw, raw_request
+from clusterproof.kube.client import create_object, delete_if_present, list_raw
 from clusterproof.kube.pods import list_pods, terminating
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
+def indexed_ranks(pod: dict, size: int, backoff_limit: int = 0, annotations: dict | None = None) -> dict:
+    """A Job spec of ``size`` ranks made from ``pod``, all at once (Indexed, completions = parallelism), that run
+    until deleted, as training does (on a kwok node: ``RUNS_UNTIL_DELETED``, else kwok completes a Job's pod as it
+    starts). ``backoff_limit``: pods the Job replaces before it fails."""
+    spec = {**pod["spec"], "restartPolicy": "Never"}
+    return {"parallelism": size, "completions": size, "completionMode": "Indexed", "backoffLimit": backoff_limit,
+            "template": {"metadata": {"labels": dict(pod["metadata"]["labels"]),
+                                      "annotations": {RUNS_UNTIL_DELETED: "true", **(annotations or {})}},
+                         "spec": spec}}
+
+
 def gang_job(name: str, run_id: str, size: int, backend: Backend, place: Placement, gpus: int, how: str) -> dict:
-    """A batch Job of ``size`` whole-node ranks, all at once, that asks to be a gang the way ``how`` says
-    (``Minor.job_gang``). Its ranks run until deleted (kwok would complete a Job's pod as it starts)."""
-    pod = rank("rank", run_id, backend.scheduler_name, place, gpus, {GANG_LABEL: name})
-    pod["spec"]["restartPolicy"] = "Never"
-    spec = {"parallelism": size, "completions": size, "completionMode": "Indexed", "backoffLimit": 0,
-            "template": {"metadata": {"labels": pod["metadata"]["labels"],
-                                      "annotations": {RUNS_UNTIL_DELETED: "true"}}, "spec": pod["spec"]}}
+    """A batch Job of ``size`` whole-node ranks (``indexed_ranks``) that asks to be a gang the way ``how`` says
+    (``Minor.job_gang``)."""
+    spec = indexed_ranks(rank("rank", run_id, backend.scheduler_name, place, gpus, {GANG_LABEL: name}), size)
     if how == "spec.scheduling":
         spec["scheduling"] = {"schedulingPolicy": {"gang": {}}}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(name, run_id), "spec": spec}
 
 
-def create_job(api: client.ApiClient, ns: str, body: dict) -> None:
-    raw_request(api, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=body,
-                query={"fieldValidation": "Strict"}).data
+def create_job(api: client.ApiClient, ns: str, body: dict) -> dict:
+    return create_object(api, f"/apis/batch/v1/namespaces/{ns}/jobs", body, {"fieldValidation": "Strict"})
 
 
 def delete_job(api: client.ApiClient, ns: str, name: str, timeout: float) -> None:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterproof.cluster.kueue import ADMISSION, VERSION_LABEL
-from clusterproof.cluster.stages import RUNS_UNTIL_DELETED
 from clusterproof.core.run import metadata
 from clusterproof.core.waiting import WaitTimeout, wait_for
 from clusterproof.gang.gangs import Placement
+from clusterproof.gang.jobs import indexed_ranks
 from clusterproof.kube.client import create_object, delete_if_present, get_if_present, list_raw
 from clusterproof.kube.pod_spec import pod_body
 
@@ -98,18 +98,13 @@ def jobset(name: str, run_id: str, queue: str | None, pods: int, gpus: int, prio
            pod_annotations: dict | None = None, backoff_limit: int = 0) -> dict:
     """A JobSet of one replicated Job of ``pods`` whole-node GPU ranks (Indexed, all at once), submitted to
     ``queue`` (None: not to Kueue at all -- the negative control's partial start). The ranks run until deleted,
-    as training does (on a kwok node: ``RUNS_UNTIL_DELETED``, else kwok completes a Job's pod as it starts).
+    as training does (``jobs.indexed_ranks``).
     ``backoff_limit``: pods the Job replaces before it fails (0: the first lost rank fails the JobSet)."""
     labels = {**({QUEUE_LABEL: queue} if queue else {}), **({PRIORITY_LABEL: priority_class} if priority_class else {})}
-    rank = pod_body("rank", run_id, gpus=gpus, restart_policy="Never")
-    template = {"metadata": {"labels": dict(rank["metadata"]["labels"]),
-                             "annotations": {RUNS_UNTIL_DELETED: "true", **(pod_annotations or {})}},
-                "spec": rank["spec"]}
+    ranks = indexed_ranks(pod_body("rank", run_id, gpus=gpus), pods, backoff_limit, pod_annotations)
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": metadata(name, run_id, labels),
             "spec": {"network": {"enableDNSHostnames": False},
-                     "replicatedJobs": [{"name": "ranks", "replicas": 1, "template": {"spec": {
-                         "parallelism": pods, "completions": pods, "completionMode": "Indexed",
-                         "backoffLimit": backoff_limit, "template": template}}}]}}
+                     "replicatedJobs": [{"name": "ranks", "replicas": 1, "template": {"spec": ranks}}]}}
 
 
 def submit(api: client.ApiClient, ns: str, body: dict) -> dict:
